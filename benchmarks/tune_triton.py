@@ -1,0 +1,73 @@
+"""Tuning sweep for the Triton kernel's launch shape (GPU): block, warps and program budget.
+
+    python benchmarks/tune_triton.py
+
+Times the kernel of kv_canary_torch.triton_kernel directly (do_bench median,
+L2 flushed) for each (BLOCK, num_warps, TARGET_PROGRAMS) over a subset of the
+benchmark grid, checks every variant against the reference once, and prints
+one table. The defaults in triton_kernel.py / triton_launch.py come from here.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import torch
+import triton
+
+from kv_canary.bench import BYTES_PER_TOKEN, copy_bandwidth, make_inputs
+from kv_canary_torch import triton_kernel as k
+from shared_spec.reference import scatter_reference
+
+CASES = [(1, 128, False), (8, 8192, False), (64, 2048, False), (64, 8192, False), (256, 2048, False),
+         (256, 8192, False), (256, 32768, False), (1024, 2048, False), (4096, 512, False), (256, 8192, True),
+         (64, 32768, True)]
+CONFIGS = list(itertools.product((512, 1024, 2048, 4096), (4, 8), (1024, 2048, 4096, 8192)))
+
+
+def launch(inputs, pool, block, warps, target):
+    flat_in, offsets, rows, _ = inputs
+    bs = rows.shape[0]
+    n_rows, width = pool.shape
+    n_tokens = flat_in.shape[0]
+    lanes = min(-(-min(width, n_tokens) // block), -(-target // bs))
+    k.scatter_req_token_ids_kernel[(bs, lanes)](
+        flat_in, offsets, rows, pool, n_tokens, n_rows, width, 1, 1, 1, pool.stride(0), pool.stride(1),
+        BLOCK=block, num_warps=warps,
+    )
+
+
+def main():
+    bw = copy_bandwidth(torch, triton)
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s")
+    results = {}
+    for case in CASES:
+        host = make_inputs(*case)
+        expected = scatter_reference(*host)
+        inputs = tuple(torch.from_numpy(x).cuda() for x in host)
+        tokens = host[0].shape[0]
+        for block, warps, target in CONFIGS:
+            pool = inputs[3].clone()
+            launch(inputs, pool, block, warps, target)
+            assert np.array_equal(pool.cpu().numpy(), expected), (case, block, warps, target)
+            ms = triton.testing.do_bench(lambda: launch(inputs, pool, block, warps, target), return_mode="median")
+            results[(case, block, warps, target)] = ms * 1e3
+        best = min(CONFIGS, key=lambda c: results[(case, *c)])
+        base = results[(case, 1024, 4, 2048)]
+        print(
+            f"{case}: tokens {tokens}, current {base:.2f} us ({100 * BYTES_PER_TOKEN * tokens / base / 1e-6 / bw:.0f}% BW), "
+            f"best {best} {results[(case, *best)]:.2f} us", flush=True,
+        )
+    # The config with the best worst-case ratio to the per-case optimum.
+    def worst(config):
+        return max(results[(c, *config)] / min(results[(c, *o)] for o in CONFIGS) for c in CASES)
+
+    ranked = sorted(CONFIGS, key=worst)
+    for config in ranked[:8]:
+        print(f"config {config}: worst ratio to per-case best {worst(config):.3f}; "
+              + " ".join(f"{results[(c, *config)]:.1f}" for c in CASES))
+
+
+if __name__ == "__main__":
+    main()

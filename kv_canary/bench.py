@@ -1,0 +1,262 @@
+"""``kv-canary bench``: device and host time of every backend over sglang's grid (needs a GPU).
+
+Inputs are built as in sglang's benchmark: a pool of ``max(bs + 1, 4)`` rows by
+``seq + 1`` columns, rows ``1..bs``, random token ids; ragged batches draw each
+length uniformly from ``[1, seq]``. The scatter moves 12 bytes per token (8
+read, 4 written), so the floor is ``12 * tokens / copy bandwidth``, with the
+copy bandwidth measured in the same run.
+
+Methods (one GPU, nothing else running):
+- torch device time: ``triton.testing.do_bench`` median (it flushes the L2
+  between calls) of one launcher call.
+- torch host time: wall time per call over ``HOST_CALLS`` launches with no
+  synchronization (fewer than the launch queue holds, so none blocks), split
+  into the argument checks alone and the rest.
+- JAX device time: one jitted function that applies the op ``CHAIN`` times in
+  a row (unrolled, so no loop overhead), minus the same with one application,
+  divided by ``CHAIN - 1``; median over repeats.
+- JAX wall time: per call of a jitted, pool-donating function over
+  ``WALL_CALLS`` back-to-back calls, next to the same for a jitted function that
+  only returns the donated pool (the dispatch floor).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import statistics
+import subprocess
+import time
+
+import numpy as np
+
+# (bs, seq, ragged): sglang's grid, then the larger and ragged cases.
+CASES = (
+    [(bs, seq, False) for bs in (1, 8, 64, 256) for seq in (128, 512, 2048, 8192)]
+    + [(256, 32768, False), (1024, 2048, False), (4096, 512, False), (256, 8192, True), (64, 32768, True)]
+)
+# sglang's later kernel (per request x 1024-column tile), device us on one H200,
+# from the perf anchors measured 2026-11-30 (torch 2.11, triton 3.6).
+SGLANG_B_US = {
+    (1, 128, False): 5.09, (1, 512, False): 5.22, (1, 2048, False): 4.77, (1, 8192, False): 5.06,
+    (8, 128, False): 5.34, (8, 512, False): 10.82, (8, 2048, False): 7.68, (8, 8192, False): 5.89,
+    (64, 128, False): 5.15, (64, 512, False): 4.80, (64, 2048, False): 4.93, (64, 8192, False): 6.85,
+    (256, 128, False): 5.02, (256, 512, False): 5.86, (256, 2048, False): 7.62, (256, 8192, False): 13.18,
+    (256, 32768, False): 33.44, (1024, 2048, False): 13.22, (4096, 512, False): 13.50,
+    (256, 8192, True): 8.70, (64, 32768, True): 9.02,
+}
+BYTES_PER_TOKEN = 12
+HOST_CALLS = 500
+CHAIN = 16
+WALL_CALLS = 200
+
+
+def make_inputs(bs: int, seq: int, ragged: bool, seed: int = 0):
+    """numpy ``(flat_in, offsets, req_pool_indices, pool_out)`` as in sglang's benchmark."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, seq, size=bs, endpoint=True) if ragged else np.full(bs, seq)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    flat_in = rng.integers(0, 2**31 - 1, size=int(offsets[-1]), dtype=np.int64)
+    rows = np.arange(1, bs + 1, dtype=np.int64)
+    pool = np.full((max(bs + 1, 4), seq + 1), -7, dtype=np.int32)
+    return flat_in, offsets, rows, pool
+
+
+@dataclasses.dataclass
+class Row:
+    bs: int
+    seq: int
+    ragged: bool
+    tokens: int
+    floor_us: float
+    results: dict  # measure name -> microseconds (or percent for *_pct)
+
+
+def copy_bandwidth(torch, triton) -> float:
+    """Bytes per second of a 1 GiB device-to-device copy, counting read + write."""
+    src = torch.empty(2**28, dtype=torch.int32, device="cuda").random_()
+    dst = torch.empty_like(src)
+    ms = triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median")
+    return 2 * src.numel() * 4 / (ms * 1e-3)
+
+
+def bench_torch(inputs, expected, measures: dict):
+    import torch
+    import triton
+
+    from kv_canary_torch import launch_scatter_req_token_ids_kernel as launch
+    from kv_canary_torch.checks import fast_check
+
+    flat_in, offsets, rows, pool = (torch.from_numpy(x).cuda() for x in inputs)
+    for backend in ("triton", "torch"):
+        out = pool.clone()
+        launch(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=out, backend=backend)
+        assert np.array_equal(out.cpu().numpy(), expected), f"torch/{backend} disagrees with the reference"
+        ms = triton.testing.do_bench(
+            lambda: launch(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=out, backend=backend),
+            return_mode="median",
+        )
+        measures[f"torch_{backend}_us"] = ms * 1e3
+    out = pool.clone()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(HOST_CALLS):
+        launch(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=out)
+    measures["host_us"] = (time.perf_counter() - start) / HOST_CALLS * 1e6
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(HOST_CALLS):
+        fast_check(flat_in, offsets, rows, out)
+    measures["host_checks_us"] = (time.perf_counter() - start) / HOST_CALLS * 1e6
+
+
+def _wall(fn, args, calls: int) -> float:
+    """Seconds per call of ``fn(*args[:3], pool)`` back to back, the pool threaded through."""
+    pool = fn(*args)
+    pool.block_until_ready()
+    start = time.perf_counter()
+    for _ in range(calls):
+        pool = fn(*args[:3], pool)
+    pool.block_until_ready()
+    return (time.perf_counter() - start) / calls
+
+
+def bench_jax(inputs, expected, measures: dict, implementations):
+    import jax
+
+    from kv_canary_jax import scatter_req_token_ids
+
+    flat_in, offsets, rows, pool = (jax.device_put(x) for x in inputs)
+    floor = jax.jit(lambda f, o, r, p: p, donate_argnums=3)
+    measures["jax_dispatch_floor_wall_us"] = _wall(floor, (flat_in, offsets, rows, jax.device_put(inputs[3])), WALL_CALLS) * 1e6
+    for impl in implementations:
+        one = jax.jit(lambda f, o, r, p, impl=impl: scatter_req_token_ids(f, o, r, p, implementation=impl), donate_argnums=3)
+        got = one(flat_in, offsets, rows, jax.device_put(inputs[3]))
+        assert np.array_equal(np.asarray(got), expected), f"jax/{impl} disagrees with the reference"
+
+        def chained(f, o, r, p, impl=impl):
+            for _ in range(CHAIN):
+                p = scatter_req_token_ids(f, o, r, p, implementation=impl)
+            return p
+
+        many = jax.jit(chained, donate_argnums=3)
+        times = {1: [], CHAIN: []}
+        p1, pk = jax.device_put(inputs[3]), jax.device_put(inputs[3])
+        p1, pk = one(flat_in, offsets, rows, p1), many(flat_in, offsets, rows, pk)  # compile
+        jax.block_until_ready((p1, pk))
+        for _ in range(30):
+            for k, fn in ((1, one), (CHAIN, many)):
+                p = p1 if k == 1 else pk
+                start = time.perf_counter()
+                p = fn(flat_in, offsets, rows, p)
+                p.block_until_ready()
+                times[k].append(time.perf_counter() - start)
+                if k == 1:
+                    p1 = p
+                else:
+                    pk = p
+        per = (statistics.median(times[CHAIN]) - statistics.median(times[1])) / (CHAIN - 1)
+        measures[f"jax_{impl}_us"] = per * 1e6
+        measures[f"jax_{impl}_wall_us"] = _wall(one, (flat_in, offsets, rows, jax.device_put(inputs[3])), WALL_CALLS) * 1e6
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version()}
+    for name in ("torch", "triton", "jax", "jaxlib"):
+        try:
+            out[name] = __import__(name).__version__
+        except ImportError:
+            pass
+    try:
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        out["gpu"], out["driver"] = (s.strip() for s in smi.splitlines()[0].split(","))
+    except (OSError, subprocess.CalledProcessError, ValueError):
+        pass
+    return out
+
+
+COLUMNS = (
+    ("torch_triton_us", "triton us"),
+    ("triton_bw_pct", "% copy BW"),
+    ("sglang_b_us", "sglang B us (anchor)"),
+    ("torch_torch_us", "torch-vec us"),
+    ("jax_pallas_us", "pallas us"),
+    ("jax_mosaic_us", "mosaic us"),
+    ("jax_xla_us", "XLA us"),
+    ("jax_pallas_wall_us", "pallas wall us"),
+    ("jax_dispatch_floor_wall_us", "jit floor wall us"),
+    ("jax_xla_wall_us", "XLA wall us"),
+    ("host_us", "host us/launch"),
+    ("host_checks_us", "of which checks"),
+)
+
+
+def render(rows: list[Row], meta: dict) -> str:
+    present = [(k, title) for k, title in COLUMNS if any(k in r.results for r in rows)]
+    head = "| bs | seq | ragged | tokens | floor us | " + " | ".join(t for _, t in present) + " |"
+    lines = [head, "|" + "---|" * (5 + len(present))]
+    for r in rows:
+        cells = [f"{r.results[k]:.2f}" if k in r.results else "" for k, _ in present]
+        lines.append(
+            f"| {r.bs} | {r.seq} | {'yes' if r.ragged else 'no'} | {r.tokens} | {r.floor_us:.2f} | " + " | ".join(cells) + " |"
+        )
+    info = ", ".join(f"{k} {v}" for k, v in meta.items() if k != "copy_bw_tbs")
+    return f"Machine and versions: {info}. Copy bandwidth measured in this run: {meta['copy_bw_tbs']:.2f} TB/s.\n\n" + "\n".join(lines)
+
+
+def run(args) -> int:
+    import torch
+    import triton
+
+    if not torch.cuda.is_available():
+        print("kv-canary bench needs a CUDA GPU")
+        return 2
+    import jax
+
+    jax.config.update("jax_enable_x64", True)  # this command's process only; the library never sets it
+    from kv_canary_jax import available_implementations
+
+    impls = [i for i in ("pallas", "mosaic", "xla") if i in available_implementations()]
+    bw = copy_bandwidth(torch, triton)
+    meta = versions() | {"copy_bw_tbs": bw / 1e12}
+    from shared_spec.reference import scatter_reference
+
+    rows = []
+    selected = [c for c in CASES if not args.quick or c[0] * c[1] <= 2**21]
+    for bs, seq, ragged in selected:
+        inputs = make_inputs(bs, seq, ragged)
+        expected = scatter_reference(*inputs)
+        tokens = int(inputs[0].shape[0])
+        measures: dict = {}
+        bench_torch(inputs, expected, measures)
+        if not args.no_jax:
+            bench_jax(inputs, expected, measures, impls)
+        measures["triton_bw_pct"] = 100 * BYTES_PER_TOKEN * tokens / (measures["torch_triton_us"] * 1e-6) / bw
+        if (bs, seq, ragged) in SGLANG_B_US:
+            measures["sglang_b_us"] = SGLANG_B_US[(bs, seq, ragged)]
+        row = Row(bs, seq, ragged, tokens, BYTES_PER_TOKEN * tokens / bw * 1e6, measures)
+        rows.append(row)
+        print(f"bs={bs} seq={seq} ragged={ragged} tokens={tokens}: " + ", ".join(f"{k}={v:.2f}" for k, v in measures.items()), flush=True)
+    table = render(rows, meta)
+    if args.json:
+        print(json.dumps({"meta": meta, "rows": [dataclasses.asdict(r) for r in rows]}, indent=1))
+    else:
+        print(table)
+    if args.write:
+        with open(args.write, "w") as f:
+            f.write(PERFORMANCE_HEADER + table + "\n")
+    return 0
+
+
+PERFORMANCE_HEADER = """# Performance
+
+Regenerated by `kv-canary bench --write docs/performance.md` on a GPU machine; the method is in
+`kv_canary/bench.py`'s docstring. Device times are medians in microseconds; '% copy BW' is
+12 bytes per token over the Triton kernel's time, against the copy bandwidth measured in the same run.
+'sglang B us' is the anchor figure of sglang's later kernel (measured separately, not in this run).
+
+"""

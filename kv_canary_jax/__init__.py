@@ -1,0 +1,23 @@
+"""kv-canary for JAX: ``scatter_req_token_ids`` with a Pallas (Triton) kernel and an XLA path.
+
+Modules, one purpose each:
+
+- ``api``: the entry point, ``scatter_req_token_ids``.
+- ``arguments``: the spec's argument checks, at trace time.
+- ``inputs``: what counts as an array, and how it becomes a JAX array.
+- ``implementations``: ``implementation=`` resolution per platform.
+- ``pallas_triton``: the Pallas kernel (CUDA GPUs; anywhere when interpreted).
+- ``xla``: the pure-XLA implementation (any platform).
+- ``segments``: per-request window arithmetic shared by both implementations.
+- ``checked``: ``check_values=True``, eagerly or through ``checkify``.
+- ``platforms``: device and platform names.
+- ``conformance``: ``shared_spec.conformance.Runner`` subclasses for each implementation.
+
+The library never changes ``jax_enable_x64``; int64 arguments need it enabled.
+"""
+
+from kv_canary_jax.api import scatter_req_token_ids
+from kv_canary_jax.checked import error_from_checkify
+from kv_canary_jax.implementations import IMPLEMENTATIONS, available_implementations
+
+__all__ = ["IMPLEMENTATIONS", "available_implementations", "error_from_checkify", "scatter_req_token_ids"]

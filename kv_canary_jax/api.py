@@ -1,0 +1,128 @@
+"""``scatter_req_token_ids`` for JAX: checks, implementation choice, and the call.
+
+Contract::
+
+    scatter_req_token_ids(flat_in, offsets, req_pool_indices, pool_out, *,
+                          implementation=None, interpret=False, check_values=False) -> jax.Array
+
+returns ``pool_out`` with each request's tokens written, as
+``shared_spec.reference`` defines for any values (rows outside the pool
+skipped, lengths exact in wrapping int64, tokens outside ``flat_in`` skipped,
+values cut to their low 32 bits). JAX arrays are immutable: the result is a new
+array, and ``pool_out`` is unchanged. Under ``jax.jit(f, donate_argnums=...)``
+with ``pool_out`` donated, the result reuses the pool's buffer (an in-place
+write, no copy).
+
+Order of events, all before any computation: argument checks on shapes,
+dtypes and devices (``arguments``; at trace time under ``jit``), then the
+implementation choice (``implementations``), then, with ``check_values=True``
+on concrete arrays, the value rules on the host (``checked.raise_eagerly``).
+Every error is the spec's exception with the spec's message; a failed call
+leaves ``pool_out`` as it was (and never deletes it).
+
+Arguments may be ``jax.Array`` (concrete or traced) or ``numpy.ndarray``
+(host data, copied to pool_out's device; see ``inputs`` for how each is
+described: with x64 disabled every int64 argument fails its dtype check,
+carrying ``errors.X64_NOTE``; the library never changes ``jax_enable_x64``).
+Devices are compared for single-device arrays; an array sharded over several
+devices has no one device to compare and is left to JAX.
+
+``check_values=True`` with traced ``offsets`` or ``req_pool_indices`` (under
+``jit``, or batched under ``vmap``) stages the value rules as ``checkify``
+checks: wrap the jitted function with
+``checkify.checkify(..., errors=checkify.user_checks)``; without it, compiling
+raises ``errors.CHECK_VALUES_UNTRACEABLE`` (see ``checked`` for why this cannot
+be caught while tracing). ``err.get()`` is the eager message plus checkify's
+`` (`check` failed)``; ``error_from_checkify(err)`` gives the eager exception.
+When a staged rule fails nothing is written: the returned pool equals
+``pool_out``. Concrete ``offsets`` and ``req_pool_indices`` (also as
+constants inside ``jit``) are checked on the host and raise immediately.
+
+``jax.vmap`` is supported, over any of the arguments (e.g. one batch written
+into a stack of pools, ``in_axes=(None, None, None, 0)``): the checks see one
+example's shapes, the XLA path batches natively, the Pallas kernel gets a
+batch grid axis from ``pallas_call``'s batching rule. With ``offsets``
+batched, the XLA path's choice between its two formulations (``lax.cond``)
+becomes a select that evaluates both: time, not correctness.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+from jax import lax
+
+from kv_canary_jax import arguments, checked, implementations, inputs, pallas_triton, platforms, xla
+
+
+def scatter_req_token_ids(
+    flat_in,
+    offsets,
+    req_pool_indices,
+    pool_out,
+    *,
+    implementation=None,
+    interpret: bool = False,
+    check_values: bool = False,
+) -> jax.Array:
+    """Write each request's token ids into its row of ``pool_out``; return the new pool.
+
+    ``implementation``: None (best available), ``"pallas"``, ``"xla"``, or a
+    sequence tried in order. ``interpret``: run the Pallas kernel in the Pallas
+    interpreter (any platform). ``check_values``: enforce the value rules of
+    ``shared_spec.values`` (offsets non-decreasing from 0 up to ``len(flat_in)``,
+    rows in range and distinct) before writing.
+    """
+    values = arguments.check_arguments(flat_in, offsets, req_pool_indices, pool_out)
+    interpret = bool(interpret)
+    device, platform = _placement(values)
+    plan = implementations.plan(implementation, platform, interpret)
+    flat_in, offsets, rows, pool = values
+    n_tokens, n_rows = flat_in.shape[0], pool.shape[0]
+    staged = False
+    if check_values:
+        if platforms.is_tracer(offsets) or platforms.is_tracer(rows):
+            staged = True
+        else:
+            checked.raise_eagerly(offsets, rows, n_tokens, n_rows)
+    arrays = [inputs.materialize(v, device) for v in values]
+    return _scatter(*arrays, plan=plan, interpret=interpret, staged=staged)
+
+
+def _placement(values) -> tuple[object | None, str | None]:
+    """(device for host data, platform that computes): pool_out's, else another argument's.
+
+    The platform is None when it cannot be known before lowering (tracers only).
+    """
+    traced = False
+    for x in (values[3], *values[:3]):  # pool_out first: it decides
+        if not isinstance(x, jax.Array):
+            continue
+        if platforms.is_tracer(x):
+            traced = True
+            continue
+        device = platforms.single_device(x)
+        return device, platforms.platform(next(iter(x.devices())))
+    return None, (None if traced else platforms.default_platform())
+
+
+def _implementation(name: str, interpret: bool):
+    if name == implementations.PALLAS:
+        return functools.partial(pallas_triton.scatter, interpret=interpret)
+    return xla.scatter
+
+
+@functools.partial(jax.jit, static_argnames=("plan", "interpret", "staged"))
+def _scatter(flat_in, offsets, rows, pool, *, plan, interpret, staged):
+    def write(flat_in, offsets, rows, pool):
+        if len(plan) == 1 and plan[0][0] is None:
+            return _implementation(plan[0][1], interpret)(flat_in, offsets, rows, pool)
+        per_platform = {p: _implementation(name, interpret) for p, name in plan if p is not None}
+        default = next((_implementation(name, interpret) for p, name in plan if p is None), None)
+        return lax.platform_dependent(flat_in, offsets, rows, pool, default=default, **per_platform)
+
+    if not staged:
+        return write(flat_in, offsets, rows, pool)
+    ok = checked.staged_checks(offsets, rows, flat_in.shape[0], pool.shape[0])
+    return lax.cond(ok, write, lambda *args: args[3], flat_in, offsets, rows, pool)

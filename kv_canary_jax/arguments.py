@@ -1,0 +1,67 @@
+"""Argument checks for the JAX frontend: the spec's checks, at trace time.
+
+Contract: ``check_arguments(flat_in, offsets, req_pool_indices, pool_out)``
+returns the four values to compute with (``inputs.Adopted.value``) when every
+check of ``shared_spec.checks.CHECK_ORDER`` passes, and otherwise raises
+exactly what ``shared_spec.checks.first_error`` names for the arguments as
+``inputs.adopt`` describes them. With x64 disabled a dtype error carries
+``errors.X64_NOTE`` (``e.add_note``; ``str(e)`` is unchanged). Only shapes,
+dtypes and devices are read, so under ``jax.jit`` the checks run once, while
+tracing, and cost nothing per call; nothing is written either way. JAX arrays
+are functional, so the ``writable`` check never fails here.
+
+The passing path for JAX arrays is one generated boolean expression
+(``fast_check``, built by ``shared_spec.checks.compile_fast_check`` from
+``JAX_DIALECT``); it is True exactly when ``first_error`` finds nothing for
+four ``jax.Array`` arguments. Anything else (numpy arrays, non-arrays, a
+failing check) takes the full path through ``inputs.adopt`` and the spec's
+checker, which builds the message.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from kv_canary_jax import inputs, platforms
+from shared_spec import errors
+from shared_spec.arguments import ARGUMENT_NAMES
+from shared_spec.checks import Dialect, NotAnArray, compile_fast_check, first_error
+
+
+def same_device(x, y) -> bool:
+    """False only when both arrays have a known single device and the devices differ."""
+    a, b = platforms.single_device(x), platforms.single_device(y)
+    return a is None or b is None or a == b
+
+
+JAX_DIALECT = Dialect(
+    is_array="isinstance({x}, Array)",
+    rank="{x}.ndim",
+    dtype_is="{x}.dtype == {dtype}",
+    length="{x}.shape[0]",
+    same_device="same_device({x}, {y})",
+    writable=None,
+    dtype_object=np.dtype,
+    namespace={"Array": jax.Array, "same_device": same_device},
+)
+
+# fast_check(flat_in, offsets, req_pool_indices, pool_out) -> bool
+fast_check = compile_fast_check(JAX_DIALECT)
+
+
+def check_arguments(flat_in, offsets, req_pool_indices, pool_out) -> tuple:
+    """The values to compute with, in argument order; raises the spec's first error."""
+    if fast_check(flat_in, offsets, req_pool_indices, pool_out):
+        return flat_in, offsets, req_pool_indices, pool_out
+    adopted = {name: inputs.adopt(x) for name, x in zip(ARGUMENT_NAMES, (flat_in, offsets, req_pool_indices, pool_out))}
+    views = {name: a.view for name, a in adopted.items()}
+    error = first_error(views)
+    if error is not None:
+        is_dtype_error = isinstance(error, errors.KvCanaryTypeError) and not any(
+            isinstance(v, NotAnArray) for v in views.values()
+        )
+        if is_dtype_error and not inputs.x64_enabled():
+            error.add_note(errors.X64_NOTE)
+        raise error
+    return tuple(adopted[name].value for name in ARGUMENT_NAMES)

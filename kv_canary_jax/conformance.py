@@ -1,0 +1,66 @@
+"""Conformance runners for the JAX frontend: one ``shared_spec.conformance.Runner`` per implementation.
+
+Contract: ``runners() -> list[Runner]`` gives ``jax/xla`` and ``jax/pallas``.
+Arrays are built from ``ArrayData.numpy()`` and ``jax.device_put`` on the
+named device (``"cpu"`` or the accelerator). ``accelerator`` is ``"cuda:0"``
+when JAX sees a CUDA GPU, else None. JAX is functional (``in_place=False``):
+cases that need an in-place frontend are skipped by the harness. The Pallas
+runner runs the real kernel on a GPU and the Pallas interpreter otherwise.
+The runners never change ``jax_enable_x64``; without it they are marked
+``unavailable`` (int64 arguments cannot exist).
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from kv_canary_jax import implementations, inputs, platforms
+from kv_canary_jax.api import scatter_req_token_ids
+from shared_spec.cases import ArrayData
+from shared_spec.conformance import Runner
+
+X64_DISABLED = "jax_enable_x64 is off, so JAX has no int64 arrays; the process must enable it"
+
+
+class JaxRunner(Runner):
+    frontend = "jax"
+    in_place = False
+    interpret = False
+
+    def __init__(self) -> None:
+        gpu = platforms.gpu_device()
+        self._devices = {"cpu": jax.devices("cpu")[0]}
+        if gpu is not None:
+            self.accelerator = platforms.device_name(gpu)
+            self._devices[self.accelerator] = gpu
+        if not inputs.x64_enabled():
+            self.unavailable = X64_DISABLED
+
+    def array(self, data: ArrayData, device: str):
+        return jax.device_put(data.numpy(), self._devices[device])
+
+    def call(self, args: dict, check_values: bool):
+        return scatter_req_token_ids(
+            **args, implementation=self.backend, interpret=self.interpret, check_values=check_values
+        )
+
+    def numpy(self, native) -> np.ndarray:
+        return np.asarray(native)
+
+
+class XlaRunner(JaxRunner):
+    backend = implementations.XLA
+
+
+class PallasRunner(JaxRunner):
+    backend = implementations.PALLAS
+
+    def __init__(self) -> None:
+        super().__init__()
+        # The real kernel where there is a GPU; its interpreter everywhere else.
+        self.interpret = self.accelerator is None
+
+
+def runners() -> list[Runner]:
+    return [XlaRunner(), PallasRunner()]

@@ -1,0 +1,103 @@
+"""Choosing an implementation: ``implementation=None | "pallas" | "xla" | sequence``.
+
+Contract: ``plan(implementation, platform, interpret) -> Plan`` names what
+runs, or raises ``errors.choice_error`` (a name, or a sequence entry, that is
+not one of ``IMPLEMENTATIONS``), ``errors.unavailable_error`` (one name that
+cannot run here) or ``errors.none_available_error`` (a sequence none of which
+can). ``available_implementations(interpret=False)`` names those that can run
+on JAX's default platform. Neither reads data.
+
+- ``"xla"``: runs on every platform.
+- ``"pallas"``: the Triton-lowered Pallas kernel, on CUDA GPUs; on any
+  platform with ``interpret=True`` (the Pallas interpreter: for tests, slow).
+- a sequence: the first name that can run.
+- None: ``DEFAULT``, i.e. ``("pallas", "xla")``: the kernel on a CUDA GPU (or
+  everywhere under ``interpret=True``), XLA otherwise.
+
+``platform`` is where the computation runs when the arrays say so (a concrete
+array's device), or None under tracing, where arrays carry no device. Then the
+plan keeps one choice per platform and the computation picks among them with
+``jax.lax.platform_dependent`` when it is lowered, so ``jax.jit`` of the same
+function runs the kernel on GPU arrays and XLA on CPU arrays. A plan is raised
+as an error only for ``jax.devices()[0]``'s platform (what a jitted call
+compiles for by default); a plan with no choice for some other platform fails
+only if lowered there, with JAX's message.
+
+A ``Plan`` is a tuple of ``(platform, name)`` pairs, hashable (a static jit
+argument); platform None is the default branch.
+"""
+
+from __future__ import annotations
+
+from shared_spec import errors
+from kv_canary_jax import platforms
+
+PALLAS, XLA = "pallas", "xla"
+IMPLEMENTATIONS: tuple[str, ...] = (PALLAS, XLA)
+DEFAULT: tuple[str, ...] = (PALLAS, XLA)
+OPTION = "implementation"
+
+Plan = tuple[tuple[str | None, str], ...]
+
+
+def requested(implementation) -> tuple[tuple[str, ...], bool]:
+    """The names to try, in order, and whether exactly one name was asked for."""
+    if implementation is None:
+        return DEFAULT, False
+    if isinstance(implementation, str):
+        if implementation not in IMPLEMENTATIONS:
+            raise errors.choice_error(OPTION, implementation, IMPLEMENTATIONS)
+        return (implementation,), True
+    try:
+        names = tuple(implementation)
+    except TypeError:
+        raise errors.choice_error(OPTION, implementation, IMPLEMENTATIONS) from None
+    if not names:
+        raise errors.choice_error(OPTION, implementation, IMPLEMENTATIONS)
+    for name in names:
+        if not isinstance(name, str) or name not in IMPLEMENTATIONS:
+            raise errors.choice_error(OPTION, name, IMPLEMENTATIONS)
+    return names, False
+
+
+def unavailable_reason(name: str, platform: str, interpret: bool) -> str | None:
+    """Why ``name`` cannot run on ``platform`` (None: it can)."""
+    if name == PALLAS and platform != platforms.CUDA and not interpret:
+        return errors.PALLAS_NEEDS_GPU
+    return None
+
+
+def choose(names: tuple[str, ...], single: bool, platform: str, interpret: bool) -> str:
+    """The first of ``names`` that runs on ``platform``; raises when none does."""
+    reasons: dict[str, str] = {}
+    for name in names:
+        reason = unavailable_reason(name, platform, interpret)
+        if reason is None:
+            return name
+        reasons.setdefault(name, reason)
+    if single:
+        raise errors.unavailable_error(OPTION, names[0], reasons[names[0]])
+    raise errors.none_available_error(OPTION, reasons)
+
+
+def available_implementations(interpret: bool = False) -> tuple[str, ...]:
+    """The implementations that can run on JAX's default platform (``jax.devices()[0]``) here."""
+    platform = platforms.default_platform()
+    return tuple(name for name in IMPLEMENTATIONS if unavailable_reason(name, platform, interpret) is None)
+
+
+def plan(implementation, platform: str | None, interpret: bool) -> Plan:
+    """What runs: one name for a known platform, one per platform under tracing."""
+    names, single = requested(implementation)
+    if platform is not None:
+        return ((None, choose(names, single, platform, interpret)),)
+    choose(names, single, platforms.default_platform(), interpret)  # raises for the likely platform
+    per_platform: dict[str | None, str] = {}
+    for key, assumed in ((platforms.CUDA, platforms.CUDA), (None, platforms.CPU)):
+        try:
+            per_platform[key] = choose(names, single, assumed, interpret)
+        except errors.KvCanaryValueError:
+            pass
+    if len(set(per_platform.values())) == 1 and None in per_platform:
+        return ((None, per_platform[None]),)
+    return tuple(per_platform.items())

@@ -1,0 +1,108 @@
+"""The Pallas kernel (Triton lowering, CUDA GPUs; anywhere with ``interpret=True``).
+
+Contract: ``scatter(flat_in, offsets, req_pool_indices, pool_out, *, interpret)``
+takes int64 ``flat_in[N]``, ``offsets[bs+1]``, ``req_pool_indices[bs]`` and an
+int32 ``pool_out[R, C]`` whose checks have passed, and returns the pool with the
+requests' tokens written, exactly as ``shared_spec.reference`` says, for any
+values. ``pool_out`` is aliased to the output (``input_output_aliases``), so
+under ``jax.jit(..., donate_argnums=...)`` the kernel writes the donated buffer
+in place; without donation XLA copies the pool first. When ``bs``, ``N``, ``R``
+or ``C`` is 0 nothing can be written and the pool is returned without a kernel.
+
+Grid: ``(bs, tiles)``. Program ``(r, k)`` loads the three scalars
+``offsets[r]``, ``offsets[r+1]``, ``req_pool_indices[r]``, computes the segment
+length ``n`` (``segments.segment_lengths``, exact in wrapping int64) and the
+first column with a real token (``segments.first_column``), and covers the
+``BLOCK`` columns of tile ``k`` counted from that column's tile. It exits early
+(``pl.when``) when the row is outside ``[0, R)`` (nothing is stored at all) or
+the tile starts at or past ``n``.
+
+``tiles = min(cdiv(C, BLOCK), cdiv(min(C, N), BLOCK) + 1)``: a request writes at
+most ``min(C, N)`` consecutive columns from its first column (``segments``), and
+such a run, starting anywhere inside a tile, spans at most
+``cdiv(min(C, N), BLOCK) + 1`` tiles, and never more than the pool's
+``cdiv(C, BLOCK)``. A pool far wider than the batch's tokens (the usual
+``req_to_token`` pool: ``C`` is the context limit, ``N`` the tokens of this
+batch) thus launches programs for the tokens, not for the width.
+
+Memory safety: every access goes through an index vector with a mask. Token
+lane ``j`` reads ``flat_in[start + j]`` only when ``j < n`` and
+``0 <= start + j < N``; masked lanes use index 0 and are never dereferenced.
+Stores go to ``pool[row, j]`` under the same mask, with ``row`` in range (the
+early exit) and ``j < n <= C``. No dynamic slice is used: the interpreter clamps
+slices that reach past an array's end while the GPU would not, so a slice could
+pass in interpret mode and fault on the GPU (or the reverse). Masked store
+lanes keep distinct column indices (``base + arange``), because the interpreter
+writes a masked lane's old value back and would race a real lane sharing its
+index; lanes past ``C`` are dropped by the interpreter's scatter and never
+touched on the GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plt
+
+from kv_canary_jax import segments
+
+# Columns one program covers. A power of two (Triton tensors must be); 1024
+# lanes over NUM_WARPS * 32 = 128 threads is 8 tokens per thread, enough
+# independent loads in flight to stream a long prefill segment in few programs,
+# while a short segment (a decode step writes one column) costs one program
+# whose masked lanes do no memory traffic.
+BLOCK = 1024
+# 4 warps: the kernel is a masked copy with no reuse; more warps only add
+# scheduling cost per (mostly short) program.
+NUM_WARPS = 4
+# No loop to software-pipeline.
+NUM_STAGES = 1
+
+
+def tile_programs(width: int, n_tokens: int) -> int:
+    """Programs per request along the columns (see the module docstring)."""
+    return min(pl.cdiv(width, BLOCK), pl.cdiv(segments.window(width, n_tokens), BLOCK) + 1)
+
+
+def _kernel(flat_ref, offsets_ref, rows_ref, pool_in_ref, pool_ref, *, n_tokens: int, n_rows: int, width: int):
+    del pool_in_ref  # the same buffer as pool_ref (input_output_aliases)
+    r = pl.program_id(0)
+    k = pl.program_id(1)
+    start = offsets_ref[r]
+    end = offsets_ref[r + 1]
+    row = rows_ref[r]
+    n = segments.segment_lengths(start, end, width, jnp)
+    first = segments.first_column(start, n, jnp)
+    base = (lax.div(first, jnp.int64(BLOCK)) + k) * BLOCK  # first >= 0: div is floor
+    row_ok = (row >= 0) & (row < n_rows)
+
+    @pl.when(row_ok & (base < n))
+    def _write():
+        j = base + jnp.arange(BLOCK, dtype=jnp.int64)
+        t = start + j  # wraps past int64 max into negatives: skipped like any t < 0
+        mask = (j < n) & (t >= 0) & (t < n_tokens)
+        tokens = plt.load(flat_ref.at[jnp.where(mask, t, 0)], mask=mask, other=0)
+        # Low 32 bits, two's complement: int64 -> int32 conversion truncates.
+        values = tokens.astype(jnp.int32)
+        plt.store(pool_ref.at[jnp.where(row_ok, row, 0), j], values, mask=mask)
+
+
+def scatter(flat_in, offsets, req_pool_indices, pool_out, *, interpret: bool = False) -> jax.Array:
+    """The pool with the requests' tokens written (see the module docstring)."""
+    (n_tokens,), (bs,), (n_rows, width) = flat_in.shape, req_pool_indices.shape, pool_out.shape
+    if min(bs, n_tokens, n_rows, width) == 0:
+        return pool_out
+    kernel = functools.partial(_kernel, n_tokens=n_tokens, n_rows=n_rows, width=width)
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(pool_out.shape, pool_out.dtype),
+        grid=(bs, tile_programs(width, n_tokens)),
+        input_output_aliases={3: 0},
+        interpret=interpret,
+        compiler_params=plt.CompilerParams(num_warps=NUM_WARPS, num_stages=NUM_STAGES),
+        name="kv_canary_scatter_req_token_ids",
+    )(flat_in, offsets, req_pool_indices, pool_out)

@@ -1,0 +1,18 @@
+"""The torch frontend of kv-canary's ``scatter_req_token_ids``.
+
+- ``launch_scatter_req_token_ids_kernel``: the drop-in launcher (``launcher``).
+- ``pack_token_ids``: per-request token lists -> ``(flat_in, offsets)`` (``packing``).
+- ``BACKENDS``: the ``backend=`` choices (``backends``).
+
+Modules: ``checks`` (argument checks), ``backends`` (choosing one),
+``triton_kernel`` / ``triton_launch`` (the Triton kernel, imported lazily, and
+its host side), ``torch_backend`` (vectorized torch), ``values`` (checked mode),
+``op`` (the implementation and its torch.library op), ``conformance`` (runners
+for ``shared_spec.conformance``).
+"""
+
+from kv_canary_torch.backends import BACKENDS
+from kv_canary_torch.launcher import launch_scatter_req_token_ids_kernel
+from kv_canary_torch.packing import pack_token_ids
+
+__all__ = ["BACKENDS", "launch_scatter_req_token_ids_kernel", "pack_token_ids"]

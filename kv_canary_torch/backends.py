@@ -1,0 +1,75 @@
+"""Choosing a backend: ``backend="auto" | "triton" | "torch"``.
+
+Contract: ``resolve(backend, pool_out) -> "triton" | "torch"`` names the
+implementation that will run, or raises ``errors.choice_error`` (unknown name)
+or ``errors.unavailable_error`` (a known backend that cannot run on
+``pool_out``'s device here). It reads only the device type of ``pool_out``
+(the argument checks have already put every argument there) and never touches
+data.
+
+- ``"auto"``: Triton for CUDA tensors (when triton is installed), the
+  vectorized torch path for every other device.
+- ``"triton"``: CUDA tensors; CPU tensors only in Triton's interpreter, i.e.
+  when the kernel was defined with ``TRITON_INTERPRET=1`` (Triton reads that
+  variable when a kernel is defined, so the kernel module is imported lazily,
+  at the first Triton use).
+- ``"torch"``: any device torch runs on.
+
+Answers are cached per ``(backend, device type)``; under ``torch.compile`` the
+cache lookup is a constant dict read that Dynamo traces, and ``_triton_reason``
+(which imports modules) is kept out of the graph with ``assume_constant_result``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from shared_spec import errors
+
+BACKENDS: tuple[str, ...] = ("auto", "triton", "torch")
+TRITON, TORCH = "triton", "torch"
+
+_HAVE_TRITON = importlib.util.find_spec("triton") is not None
+
+# (backend, device type) -> implementation name, or the reason it cannot run.
+_resolved: dict[tuple[str, str], tuple[str | None, str | None]] = {}
+
+
+@torch.compiler.assume_constant_result
+def _triton_reason(device_type: str) -> str | None:
+    """Why Triton cannot run on tensors of ``device_type`` here (None: it can)."""
+    if not _HAVE_TRITON:
+        return errors.TRITON_NOT_INSTALLED
+    if device_type == "cuda":
+        return None
+    if device_type == "cpu":
+        from kv_canary_torch import triton_launch
+
+        return None if triton_launch.interpreted() else errors.TRITON_NEEDS_CUDA
+    return errors.TRITON_NEEDS_CUDA
+
+
+def _resolve_uncached(backend: str, device_type: str) -> tuple[str | None, str | None]:
+    if backend == TORCH:
+        return TORCH, None
+    if backend == TRITON:
+        reason = _triton_reason(device_type)
+        return (None, reason) if reason is not None else (TRITON, None)
+    # auto
+    return (TRITON, None) if device_type == "cuda" and _HAVE_TRITON else (TORCH, None)
+
+
+def resolve(backend, pool_out: torch.Tensor) -> str:
+    """The implementation to run for ``backend`` on ``pool_out``'s device, or raise."""
+    if backend not in BACKENDS:  # tuple membership: safe for unhashable values
+        raise errors.choice_error("backend", backend, BACKENDS)
+    key = (backend, pool_out.device.type)
+    found = _resolved.get(key)
+    if found is None:
+        found = _resolved[key] = _resolve_uncached(*key)
+    name, reason = found
+    if name is None:
+        raise errors.unavailable_error("backend", backend, reason)
+    return name

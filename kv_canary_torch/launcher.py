@@ -1,0 +1,55 @@
+"""The public launcher: a drop-in for sglang's ``launch_scatter_req_token_ids_kernel``.
+
+Contract: keyword-only arguments, ``pool_out`` written in place, returns None.
+Errors are raised before anything is written, in this order:
+
+1. the argument checks (``checks``: the spec's order and messages);
+2. the backend (``backends.resolve``: unknown name, or not runnable here);
+3. the checked mode's value rules when ``check_values=True`` (a host copy of
+   ``offsets`` and ``req_pool_indices``: a sync on CUDA).
+
+Eager calls go straight to ``op.run``. Under ``torch.compile`` Dynamo traces
+steps 1 and 2 (plain tensor metadata, folded into guards) and records the call
+to the ``kv_canary::scatter_req_token_ids`` custom op, which runs step 3 and the
+kernel inside the compiled graph: ``fullgraph=True`` holds.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kv_canary_torch import backends, op
+from kv_canary_torch.checks import fast_check, raise_argument_error
+
+_is_compiling = torch.compiler.is_compiling
+_run = op.run
+_resolve = backends.resolve
+
+
+def launch_scatter_req_token_ids_kernel(
+    *,
+    flat_in: torch.Tensor,
+    offsets: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    pool_out: torch.Tensor,
+    check_values: bool = False,
+    backend: str = "auto",
+) -> None:
+    """Write each request's token ids into its row of ``pool_out``.
+
+    For request ``r``: ``pool_out[req_pool_indices[r], j] = int32(flat_in[offsets[r] + j])``
+    for ``j < min(offsets[r+1] - offsets[r], C)``, skipping rows outside the
+    pool and tokens outside ``flat_in`` (full semantics: ``shared_spec.reference``).
+    ``backend``: ``"auto"`` (Triton for CUDA tensors, torch otherwise),
+    ``"triton"`` or ``"torch"``. ``check_values=True`` also enforces the value
+    rules of ``shared_spec.values`` (one host sync).
+    """
+    if not fast_check(flat_in, offsets, req_pool_indices, pool_out):
+        raise_argument_error(flat_in, offsets, req_pool_indices, pool_out)
+    implementation = _resolve(backend, pool_out)
+    if _is_compiling():
+        torch.ops.kv_canary.scatter_req_token_ids(
+            flat_in, offsets, req_pool_indices, pool_out, bool(check_values), implementation
+        )
+    else:
+        _run(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation)

@@ -1,0 +1,150 @@
+"""Host side of the Triton backend: the grid and the launch.
+
+Contract: ``launch(flat_in, offsets, req_pool_indices, pool_out)`` enqueues the
+kernel of ``triton_kernel`` on the current stream of ``pool_out``'s device and
+returns at once. The arguments have passed the argument checks. It reads only
+shapes and strides (never data): no host-device sync, no allocation, so it is
+CUDA-graph capturable, and it launches nothing when no cell can be written
+(``bs == 0``, ``N == 0``, ``R == 0`` or ``C == 0``).
+
+Grid: ``(bs, lanes)``. Requests go on axis 0, which CUDA allows up to
+2**31 - 1 (axes 1 and 2 stop at 65535), so there is no cap on ``bs`` below
+that. Each request's columns are shared by ``lanes`` programs that stride
+through them tile by tile (``triton_kernel``), so any width is covered by
+any lane count and the lane count is a pure speed choice, from shapes only:
+
+- a request never writes more than ``min(C, N)`` cells, so more than
+  ``cdiv(min(C, N), BLOCK)`` lanes would only add programs with nothing to do
+  (decode steps, one token per request, get one lane);
+- with many requests, ``cdiv(TARGET_PROGRAMS, bs)`` lanes per request keep the
+  programs that exit at once (short requests) from outnumbering the work, while
+  one long request alone still gets up to ``TARGET_PROGRAMS`` lanes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# About 15 programs per SM of an H100/H200 (132 SMs): enough lanes in flight to
+# stream one long request at full bandwidth; with many requests, the lane count
+# per request shrinks so that early-exiting programs stay a few thousand.
+TARGET_PROGRAMS = 2048
+
+_module = None  # kv_canary_torch.triton_kernel, imported at first use
+
+
+def kernel_module():
+    """The kernel module, imported on first use (Triton reads TRITON_INTERPRET then)."""
+    global _module
+    if _module is None:
+        from kv_canary_torch import triton_kernel
+
+        _module = triton_kernel
+    return _module
+
+
+def interpreted() -> bool:
+    """True when the kernel runs in Triton's interpreter (defines the kernel if needed)."""
+    return kernel_module().INTERPRETED
+
+
+def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch.Tensor, pool_out: torch.Tensor) -> None:
+    """Enqueue the kernel; see the module docstring."""
+    bs = req_pool_indices.shape[0]
+    n_rows, width = pool_out.shape
+    n_tokens = flat_in.shape[0]
+    if bs == 0 or n_tokens == 0 or n_rows == 0 or width == 0:
+        return
+    module = _module or kernel_module()
+    block = module.BLOCK
+    lanes = min(-(-min(width, n_tokens) // block), -(-TARGET_PROGRAMS // bs))
+    stride_row, stride_col = pool_out.stride()
+    ints = (
+        n_tokens, n_rows, width,
+        flat_in.stride(0), offsets.stride(0), req_pool_indices.stride(0), stride_row, stride_col,
+    )
+    device = pool_out.get_device()  # -1 on the CPU (the interpreter)
+    if device >= 0 and _fast.launch(device, bs, lanes, flat_in, offsets, req_pool_indices, pool_out, ints, block):
+        return
+    args = (flat_in, offsets, req_pool_indices, pool_out, *ints)
+    if device < 0 or device == torch.cuda.current_device():
+        compiled = module.scatter_req_token_ids_kernel[(bs, lanes)](*args, BLOCK=block, num_warps=module.NUM_WARPS)
+    else:  # Triton launches on the current device: make it pool_out's
+        with torch.cuda.device(device):
+            compiled = module.scatter_req_token_ids_kernel[(bs, lanes)](*args, BLOCK=block, num_warps=module.NUM_WARPS)
+    if device >= 0:
+        _fast.remember(device, compiled, flat_in, offsets, req_pool_indices, pool_out, ints)
+
+
+class _FastLaunch:
+    """Launches the already-compiled kernel without Triton's generic dispatcher.
+
+    Triton's ``kernel[grid](...)`` binds arguments, computes a specialization key
+    and looks up its cache on every call: about 17 us of host time per launch on
+    the H200 machine, more than the kernel itself at every size up to millions
+    of tokens. Here the key is known in advance for the common case and the
+    compiled kernel's own launcher is called directly.
+
+    Why that is exact: the kernel specializes nothing on its integer arguments
+    but their width (``do_not_specialize`` covers them all; an int is passed as
+    i32 when it fits, i64 otherwise) and each pointer on its 16-byte alignment.
+    The fast path runs only when every integer fits in int32 and every pointer is
+    16-byte aligned -- one specialization, compiled by the generic path the first
+    time it occurs on a device and remembered per device -- and when no Triton
+    launch hook (a profiler) is installed. Anything else takes the generic path.
+    """
+
+    def __init__(self):
+        self.compiled: dict[int, object] = {}
+        self.disabled = False
+
+    @staticmethod
+    def _common(pointers, ints) -> bool:
+        return not (pointers[0] | pointers[1] | pointers[2] | pointers[3]) & 15 and max(ints) < 2**31
+
+    def remember(self, device, compiled, flat_in, offsets, rows, pool, ints) -> None:
+        pointers = (flat_in.data_ptr(), offsets.data_ptr(), rows.data_ptr(), pool.data_ptr())
+        if compiled is not None and not self.disabled and self._common(pointers, ints) and _hooks_idle():
+            self.compiled[device] = compiled
+
+    def launch(self, device, bs, lanes, flat_in, offsets, rows, pool, ints, block) -> bool:
+        """Launch and return True, or return False for the generic path to launch."""
+        compiled = self.compiled.get(device)
+        if compiled is None:
+            return False
+        pointers = (flat_in.data_ptr(), offsets.data_ptr(), rows.data_ptr(), pool.data_ptr())
+        if not self._common(pointers, ints) or not _hooks_idle():
+            return False
+        if device != _current_device():
+            return False
+        try:
+            compiled.run(
+                bs, lanes, 1, _raw_stream(device), compiled.function, compiled.packed_metadata,
+                None, None, None, *pointers, *ints, block,
+            )
+        except (TypeError, AttributeError):  # a Triton whose launcher differs: never try again
+            self.disabled = True
+            self.compiled.clear()
+            return False
+        return True
+
+
+def _hooks_idle() -> bool:
+    """True when no Triton launch hook is installed (profilers install them)."""
+    return all(h is None or not getattr(h, "calls", True) for h in _launch_hooks())
+
+
+def _launch_hooks() -> tuple:
+    import triton  # imported already: the kernel module was defined before any launch
+
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None:
+        return knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    return (getattr(triton.compiler.CompiledKernel, "launch_enter_hook", None),)
+
+
+_current_device = torch.cuda.current_device
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda device: torch.cuda.current_stream(device).cuda_stream
+)
+_fast = _FastLaunch()

@@ -1,0 +1,152 @@
+"""The argument checks, their order, and a fast pass/fail predicate derived from them.
+
+A frontend describes each argument as an ``ArrayView`` (or ``NotAnArray``) and
+calls ``raise_first_error``; the first failing check in ``CHECK_ORDER`` raises,
+before anything is written. Describing four tensors costs microseconds, so a
+frontend on a hot path first runs ``compile_fast_check(dialect)``'s predicate
+(one generated boolean expression over its native arrays, built once at import)
+and describes the arguments only when that predicate says something is wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable, Mapping
+
+from shared_spec import errors
+from shared_spec.arguments import ARGUMENTS, ARGUMENT_NAMES, OUTPUT, format_shape
+
+CHECK_ORDER: tuple[str, ...] = (
+    "array",  # every argument, in argument order, is an array of the frontend
+    "rank",  # flat_in, offsets, req_pool_indices are 1-D; pool_out is 2-D
+    "dtype",  # int64, int64, int64, int32
+    "offsets_length",  # len(offsets) == len(req_pool_indices) + 1
+    "device",  # each argument, in order, is on pool_out's device
+    "writable",  # pool_out can be written in place (frontends that write in place)
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayView:
+    """What the checks need to know of one array argument.
+
+    shape: the array's shape. dtype: its canonical dtype name (numpy's
+    ``dtype.name``: ``int32``, ``bfloat16``, ``bool``). device: canonical device
+    (``cpu``, ``cuda:0``), or None when unknown (a JAX tracer). write_problem:
+    one of the ``errors.WRITE_*`` reasons, filled in, when the frontend would have
+    to write this array in place and cannot; None otherwise.
+    """
+
+    shape: tuple[int, ...]
+    dtype: str
+    device: str | None = None
+    write_problem: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class NotAnArray:
+    """An argument that is not an array the frontend accepts."""
+
+    type_name: str
+
+
+def first_error(views: Mapping[str, ArrayView | NotAnArray]) -> Exception | None:
+    """The exception the first failing check raises, or None when all pass."""
+    for arg in ARGUMENTS:
+        view = views[arg.name]
+        if isinstance(view, NotAnArray):
+            return errors.type_error(errors.NOT_AN_ARRAY, arg=arg.name, type_name=view.type_name)
+    for arg in ARGUMENTS:
+        shape = views[arg.name].shape
+        if len(shape) != arg.rank:
+            return errors.value_error(errors.WRONG_RANK, arg=arg.name, rank=arg.rank, shape=format_shape(shape))
+    for arg in ARGUMENTS:
+        got = views[arg.name].dtype
+        if got != arg.dtype:
+            return errors.type_error(errors.WRONG_DTYPE, arg=arg.name, dtype=arg.dtype, got=got)
+    length, bs = views["offsets"].shape[0], views["req_pool_indices"].shape[0]
+    if length != bs + 1:
+        return errors.value_error(errors.OFFSETS_LENGTH, length=length, expected=bs + 1)
+    pool_device = views[OUTPUT].device
+    for name in ARGUMENT_NAMES:
+        device = views[name].device
+        if device is not None and pool_device is not None and device != pool_device:
+            return errors.value_error(errors.DEVICE_MISMATCH, arg=name, device=device, pool_device=pool_device)
+    problem = views[OUTPUT].write_problem
+    if problem is not None:
+        return errors.value_error(errors.NOT_WRITABLE, reason=problem)
+    return None
+
+
+def raise_first_error(views: Mapping[str, ArrayView | NotAnArray]) -> None:
+    """Raise what ``first_error`` finds; return when every check passes."""
+    error = first_error(views)
+    if error is not None:
+        raise error
+
+
+def cells_overlap(shape, strides) -> bool:
+    """True when two cells of a 2-D array with these element strides share memory."""
+    (rows, cols), (s0, s1) = shape, strides
+    if rows == 0 or cols == 0:
+        return False
+    if rows == 1 or cols == 1:
+        return (rows > 1 and s0 == 0) or (cols > 1 and s1 == 0)
+    if s0 <= 0 or s1 <= 0:
+        return True
+    # Cells (r, c) and (r + a, c - b) share memory when a * s0 == b * s1; the
+    # smallest such a, b > 0 are s1 / g and s0 / g with g = gcd(s0, s1).
+    g = math.gcd(s0, s1)
+    return s1 // g < rows and s0 // g < cols
+
+
+@dataclasses.dataclass(frozen=True)
+class Dialect:
+    """How a frontend spells each check as a Python expression over its arrays.
+
+    Each template has ``{x}`` (and ``{y}`` for ``same_device``) for an argument
+    name; ``dtype_is`` also has ``{dtype}``, replaced by the name of a constant
+    that ``dtype_object`` supplies. ``namespace`` holds the names the
+    expressions use. ``writable`` is None for a frontend that never writes in place.
+    """
+
+    is_array: str
+    rank: str
+    dtype_is: str
+    length: str
+    same_device: str
+    writable: str | None
+    dtype_object: Callable[[str], object]
+    namespace: Mapping[str, object]
+
+
+def compile_fast_check(dialect: Dialect) -> Callable[..., bool]:
+    """A predicate ``check(flat_in, offsets, req_pool_indices, pool_out) -> bool``.
+
+    It is True exactly when ``first_error`` would find nothing, and evaluates the
+    same checks in the same order as one short-circuiting expression, so a
+    failing call costs no more than a passing one before it falls back to
+    ``first_error`` for the message.
+    """
+    namespace = dict(dialect.namespace)
+    terms = [dialect.is_array.format(x=a.name) for a in ARGUMENTS]
+    terms += [f"{dialect.rank.format(x=a.name)} == {a.rank}" for a in ARGUMENTS]
+    for a in ARGUMENTS:
+        constant = f"DTYPE_{a.dtype}"
+        namespace[constant] = dialect.dtype_object(a.dtype)
+        terms.append(dialect.dtype_is.format(x=a.name, dtype=constant))
+    terms.append(
+        f"{dialect.length.format(x='offsets')} == {dialect.length.format(x='req_pool_indices')} + 1"
+    )
+    terms += [dialect.same_device.format(x=name, y=OUTPUT) for name in ARGUMENT_NAMES if name != OUTPUT]
+    if dialect.writable is not None:
+        terms.append(dialect.writable.format(x=OUTPUT))
+    source = (
+        f"def fast_check({', '.join(ARGUMENT_NAMES)}):\n"
+        "    return (\n        " + "\n        and ".join(terms) + "\n    )\n"
+    )
+    exec(compile(source, "<kv-canary fast_check>", "exec"), namespace)
+    check = namespace["fast_check"]
+    check.source = source
+    return check

@@ -1,0 +1,110 @@
+"""Exception classes and every message the operation can raise.
+
+The classes subclass the built-ins the sglang launcher raises (``TypeError`` for
+a wrong dtype or a non-array, ``ValueError`` for the rest), so callers that
+catch the built-ins keep working. Messages are complete format strings; the
+frontends fill them and never write message text of their own.
+"""
+
+from __future__ import annotations
+
+from shared_spec.arguments import OP_NAME
+
+PREFIX = f"kv-canary: {OP_NAME}"
+
+
+class KvCanaryTypeError(TypeError):
+    """An argument of the wrong kind: not an array, or the wrong dtype."""
+
+
+class KvCanaryValueError(ValueError):
+    """An argument of the right kind with a wrong shape, place or value."""
+
+
+# Argument checks (checks.py raises them, in checks.CHECK_ORDER).
+NOT_AN_ARRAY = PREFIX + " {arg} must be an array, got {type_name}"
+WRONG_RANK = PREFIX + " {arg} must be {rank}-D, got shape {shape}"
+WRONG_DTYPE = PREFIX + " {arg} must be {dtype}, got {got}"
+OFFSETS_LENGTH = PREFIX + " offsets length {length} != bs+1 ({expected})"
+DEVICE_MISMATCH = PREFIX + " {arg} is on {device} but pool_out is on {pool_device}; all arrays must be on one device"
+NOT_WRITABLE = PREFIX + " pool_out cannot be written in place: {reason}"
+
+# The reasons NOT_WRITABLE may give (a frontend picks one, never writes its own).
+WRITE_IMMUTABLE = "it is an immutable {type_name}; pass a writable tensor"
+WRITE_OVERLAP = "strides {strides} make several cells share memory"
+
+# Value checks of the checked mode (values.py raises them, in that order).
+OFFSETS_START = PREFIX + " offsets[0] must be >= 0, got {value}"
+OFFSETS_DECREASING = PREFIX + " offsets must be non-decreasing, got offsets[{i}]={a} > offsets[{j}]={b}"
+OFFSETS_END = PREFIX + " offsets[bs] must be <= len(flat_in) ({n}), got {value}"
+ROW_OUT_OF_RANGE = PREFIX + " req_pool_indices[{i}]={row} is outside [0, {rows})"
+ROW_REPEATED = PREFIX + " req_pool_indices[{j}]={row} repeats req_pool_indices[{i}]"
+
+# Choosing a backend ("backend=" in torch, "implementation=" in JAX).
+UNKNOWN_CHOICE = PREFIX + " unknown {option} {name!r}; expected one of {choices}"
+CHOICE_UNAVAILABLE = PREFIX + " {option} {name!r} cannot run here: {reason}"
+NONE_AVAILABLE = PREFIX + " none of the {option}s {names} can run here: {reasons}"
+CHECK_VALUES_UNTRACEABLE = (
+    PREFIX + " check_values=True under jax.jit needs jax.experimental.checkify: "
+    "wrap the jitted function with checkify.checkify(..., errors=checkify.user_checks)"
+)
+X64_NOTE = (
+    "kv-canary: JAX turns int64 arrays into int32 unless x64 is enabled; "
+    "enable it with jax.config.update('jax_enable_x64', True) (the library never changes it)"
+)
+
+# The DLPack bridge between torch and JAX (kv_canary/bridge.py).
+BRIDGE_X64 = "kv-canary: cannot move an int64 array into JAX while jax_enable_x64 is off (JAX would make it int32)"
+BRIDGE_REFUSED = "kv-canary: cannot move a {source} array of shape {shape}, dtype {dtype} into {target} without a copy: {reason}"
+BRIDGE_COPIED = "the imported array does not share the source's memory"
+BRIDGE_UNKNOWN = "kv-canary: cannot move a {type_name} into {target}: it is neither a torch tensor nor a JAX array nor exports DLPack"
+
+
+def type_error(template: str, **fields) -> KvCanaryTypeError:
+    return KvCanaryTypeError(template.format(**fields))
+
+
+def value_error(template: str, **fields) -> KvCanaryValueError:
+    return KvCanaryValueError(template.format(**fields))
+
+
+def choice_error(option: str, name, choices) -> KvCanaryValueError:
+    """An unknown ``backend=``/``implementation=`` name."""
+    return value_error(UNKNOWN_CHOICE, option=option, name=name, choices=", ".join(repr(c) for c in choices))
+
+
+def unavailable_error(option: str, name: str, reason: str) -> KvCanaryValueError:
+    """A known backend that cannot run on these arrays or this machine."""
+    return value_error(CHOICE_UNAVAILABLE, option=option, name=name, reason=reason)
+
+
+EXCEPTION_CLASSES = {cls.__name__: cls for cls in (KvCanaryTypeError, KvCanaryValueError)}
+
+# torch frontend
+# Reasons for CHOICE_UNAVAILABLE (backend="triton").
+TRITON_NOT_INSTALLED = "triton is not installed; install it or pass backend='torch'"
+TRITON_NEEDS_CUDA = (
+    "Triton kernels need CUDA tensors; on the CPU they run only in Triton's interpreter, "
+    "which needs TRITON_INTERPRET=1 set before the first Triton launch (or pass backend='torch')"
+)
+# pack_token_ids: one request's token ids are not a 1-D sequence of integers.
+PACK_NOT_TOKEN_IDS = (
+    "kv-canary: pack_token_ids token_lists[{index}] must be a 1-D sequence of integers, got {what}"
+)
+
+# JAX frontend
+# Reasons for CHOICE_UNAVAILABLE / NONE_AVAILABLE (implementation="pallas").
+PALLAS_NEEDS_GPU = (
+    "the Pallas kernel lowers through Triton and needs a CUDA GPU; "
+    "pass interpret=True to run it in the Pallas interpreter, or implementation='xla'"
+)
+
+
+def none_available_error(option: str, reasons) -> KvCanaryValueError:
+    """A sequence of choices none of which can run here; ``reasons`` maps each name to why."""
+    return value_error(
+        NONE_AVAILABLE,
+        option=option,
+        names=", ".join(repr(name) for name in reasons),
+        reasons="; ".join(f"{name!r}: {reason}" for name, reason in reasons.items()),
+    )

@@ -1,0 +1,53 @@
+"""The numpy reference of ``scatter_req_token_ids``: the semantics, vectorized.
+
+    N = len(flat_in); bs = len(req_pool_indices); R, C = pool_out.shape
+    for r in 0 .. bs-1:
+        start, end = offsets[r], offsets[r+1]
+        row = req_pool_indices[r]
+        if row < 0 or row >= R: skip request r
+        n = min(max(end - start, 0), C)
+        for j in 0 .. n-1:
+            t = start + j
+            if 0 <= t < N: pool_out[row, j] = low 32 bits of flat_in[t] (two's complement)
+
+Every other cell keeps its value. Where two requests name one row, a cell both
+write holds one of the written values (which one is unspecified; this reference
+keeps the later request's). Arithmetic is exact for every int64 input: the
+kernels compute in wrapping int64, and ``segment_lengths`` shows why that is
+exact too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def segment_lengths(starts, ends, width: int, xp=np):
+    """``min(max(end - start, 0), width)`` exactly, in wrapping int64 arithmetic.
+
+    When ``end > start`` the true difference lies in (0, 2**64); its wrapped
+    int64 value is negative exactly when it is >= 2**63, far above any width,
+    so a negative wrapped difference means ``width``.
+    """
+    diff = ends - starts  # may wrap; see above
+    return xp.where(ends <= starts, 0, xp.where((diff < 0) | (diff > width), width, diff))
+
+
+def scatter_reference(flat_in, offsets, req_pool_indices, pool_out) -> np.ndarray:
+    """A new pool: ``pool_out`` with the requests' token ids written (inputs untouched)."""
+    flat_in = np.asarray(flat_in, dtype=np.int64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    rows = np.asarray(req_pool_indices, dtype=np.int64)
+    out = np.array(pool_out, dtype=np.int32, copy=True)
+    n_rows, width = out.shape
+    starts, ends = offsets[:-1], offsets[1:]
+    with np.errstate(over="ignore"):
+        lengths = segment_lengths(starts, ends, width)
+    lengths = np.where((rows >= 0) & (rows < n_rows), lengths, 0)
+    request = np.repeat(np.arange(rows.shape[0]), lengths)
+    column = np.arange(request.shape[0]) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    with np.errstate(over="ignore"):
+        token = starts[request] + column  # may wrap past 2**63 - 1 into negatives: skipped either way
+    inside = (token >= 0) & (token < flat_in.shape[0])
+    out[rows[request[inside]], column[inside]] = flat_in[token[inside]].astype(np.int32)
+    return out

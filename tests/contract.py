@@ -1,0 +1,64 @@
+"""The contract every backend passes: one test class, subclassed per backend.
+
+A backend's test file defines a subclass with ``make_runner()`` returning its
+``shared_spec.conformance.Runner`` (and, where the backend is slow, a smaller
+``examples``). Nothing here knows a framework.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from shared_spec import scatter_reference
+from shared_spec.cases import load_cases
+from shared_spec.conformance import Runner, check_case
+from tests.strategies import batches, large_batch
+
+CASES = load_cases()
+
+
+def assert_same_pool(got: np.ndarray, expected: np.ndarray) -> None:
+    assert got.dtype == np.int32 and got.shape == expected.shape, (got.dtype, got.shape, expected.shape)
+    wrong = np.argwhere(got != expected)
+    assert len(wrong) == 0, f"{len(wrong)} cells differ, first at {wrong[0].tolist()}"
+
+
+class ScatterContract:
+    # Hypothesis examples per property; interpreted kernels lower it.
+    examples: int = 60
+
+    @classmethod
+    def make_runner(cls) -> Runner:
+        raise NotImplementedError
+
+    @pytest.fixture(scope="class")
+    def runner(self) -> Runner:
+        runner = self.make_runner()
+        if runner.unavailable:
+            pytest.skip(runner.unavailable)
+        return runner
+
+    @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+    def test_conformance_case(self, runner, case):
+        result = check_case(runner, case)
+        if result.status == "skip":
+            pytest.skip(result.detail)
+        assert result.status == "pass", result.detail
+
+    def test_random_batches_match_reference(self, runner):
+        @settings(max_examples=self.examples, deadline=None, suppress_health_check=list(HealthCheck), derandomize=False)
+        @given(batch=batches())
+        def check(batch):
+            assert_same_pool(runner.scatter(*batch), scatter_reference(*batch))
+
+        check()
+
+    def test_thousands_of_requests(self, runner):
+        batch = large_batch(bs=3000, width=9, seed=3)
+        assert_same_pool(runner.scatter(*batch), scatter_reference(*batch))
+
+    def test_checked_mode_accepts_a_valid_batch(self, runner):
+        batch = large_batch(bs=40, width=7, seed=5)
+        assert_same_pool(runner.scatter(*batch, check_values=True), scatter_reference(*batch))

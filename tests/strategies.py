@@ -1,0 +1,69 @@
+"""Hypothesis strategies shared by every backend's tests: random batches and bad arguments.
+
+Batches mix well-formed requests with malformed values: rows negative or past
+the pool (and the last row), segments of negative length, starts below zero,
+ends past ``flat_in``, token ids over the whole int64 range. In-range rows are
+distinct, so the expected pool is unique. Pools are filled with random
+distinct sentinels, never zeros.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+token_ids = st.one_of(
+    st.integers(0, 200_000),  # realistic vocabularies
+    st.integers(INT64_MIN, INT64_MAX),  # anything an int64 holds: the kernel keeps the low 32 bits
+)
+
+
+@st.composite
+def batches(draw, max_rows=8, max_width=24, max_bs=8, max_tokens=64):
+    """``(flat_in, offsets, req_pool_indices, pool_out)`` as numpy arrays."""
+    n_rows = draw(st.integers(1, max_rows))
+    width = draw(st.integers(1, max_width))
+    bs = draw(st.integers(0, max_bs))
+    n_tokens = draw(st.integers(0, max_tokens))
+    flat_in = np.asarray(draw(st.lists(token_ids, min_size=n_tokens, max_size=n_tokens)), dtype=np.int64)
+
+    free = list(draw(st.permutations(range(n_rows))))
+    rows = []
+    for _ in range(bs):
+        kind = draw(st.sampled_from(["free", "free", "free", "last", "negative", "past"]))
+        if kind == "last" and n_rows - 1 in free:
+            free.remove(n_rows - 1)
+            rows.append(n_rows - 1)
+        elif kind in ("free", "last") and free:
+            rows.append(free.pop())
+        elif kind == "negative":
+            rows.append(draw(st.one_of(st.just(-1), st.integers(INT64_MIN, -1))))
+        else:
+            rows.append(draw(st.one_of(st.just(n_rows), st.integers(n_rows, INT64_MAX))))
+
+    start = draw(st.one_of(st.just(0), st.just(0), st.integers(-4, 6)))
+    lengths = draw(st.lists(st.integers(-3, width + 4), min_size=bs, max_size=bs))
+    offsets = np.concatenate([[start], start + np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
+
+    base = draw(st.integers(-(2**31), 2**31 - 1 - n_rows * width))
+    pool = (base + np.arange(n_rows * width, dtype=np.int64)).astype(np.int32).reshape(n_rows, width)
+    return flat_in, offsets, np.asarray(rows, dtype=np.int64), pool
+
+
+def sentinel_pool(n_rows: int, width: int, seed: int = 0) -> np.ndarray:
+    """A pool of distinct random-looking sentinels (never zeros) for hand-made tests."""
+    rng = np.random.default_rng(seed)
+    base = int(rng.integers(-(2**30), 2**30))
+    return (base - np.arange(n_rows * width, dtype=np.int64)).astype(np.int32).reshape(n_rows, width)
+
+
+def large_batch(bs: int, width: int, seed: int = 0):
+    """A well-formed batch of ``bs`` requests over a pool of ``bs + 1`` rows, rows shuffled."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, width + 3, size=bs)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    flat_in = rng.integers(INT64_MIN, INT64_MAX, size=int(offsets[-1]), dtype=np.int64, endpoint=True)
+    rows = rng.permutation(bs + 1)[:bs].astype(np.int64)
+    return flat_in, offsets, rows, sentinel_pool(bs + 1, width, seed)

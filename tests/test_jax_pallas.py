@@ -1,0 +1,17 @@
+"""The shared contract for the JAX frontend's Pallas kernel (interpreted without a GPU)."""
+
+import pytest
+
+pytest.importorskip("jax")
+
+from kv_canary_jax.conformance import PallasRunner  # noqa: E402
+from tests.contract import ScatterContract  # noqa: E402
+
+
+class TestJaxPallas(ScatterContract):
+    # Each new shape recompiles the interpreted kernel; keep the property cheap.
+    examples = 40
+
+    @classmethod
+    def make_runner(cls):
+        return PallasRunner()

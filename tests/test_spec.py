@@ -1,0 +1,184 @@
+"""The spec itself: the reference against the literal pseudo-code, the check order,
+the checked mode's rules, the fast predicate, and the data file being current."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shared_spec import build_cases, errors
+from shared_spec.arguments import ARGUMENTS, ARGUMENT_NAMES
+from shared_spec.cases import CASES_FILE, load_cases
+from shared_spec.checks import ArrayView, Dialect, NotAnArray, cells_overlap, compile_fast_check, first_error
+from shared_spec.reference import scatter_reference
+from shared_spec.values import raise_first_value_error
+from tests.strategies import INT64_MAX, INT64_MIN, batches
+
+
+def test_conformance_file_is_current():
+    assert CASES_FILE.read_text() == build_cases.render(), "run: python -m shared_spec.build_cases"
+
+
+def test_stored_pools_match_the_vectorized_reference():
+    for case in load_cases():
+        if case.expected_pool is None:
+            continue
+        args = [case.args[name].numpy() for name in ARGUMENT_NAMES]
+        np.testing.assert_array_equal(scatter_reference(*args), case.expected_pool.numpy(), err_msg=case.name)
+
+
+def test_every_rule_has_cases():
+    rules = {case.rule for case in load_cases()}
+    assert {"semantics", "truncation", "rows", "offsets", "values", "layout", "check_values"} <= rules
+    assert {"array", "rank", "dtype", "length", "order", "device", "writable"} <= rules
+
+
+@settings(max_examples=300, deadline=None)
+@given(batch=batches(max_rows=6, max_width=12, max_bs=10, max_tokens=40))
+def test_reference_is_the_literal_pseudo_code(batch):
+    np.testing.assert_array_equal(scatter_reference(*batch), build_cases.loop_oracle(*batch))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    starts=st.lists(st.integers(INT64_MIN, INT64_MAX), min_size=1, max_size=4),
+    ends=st.lists(st.integers(INT64_MIN, INT64_MAX), min_size=4, max_size=4),
+)
+def test_reference_is_exact_at_int64_extremes(starts, ends):
+    offsets = np.asarray(starts[:1] + ends[: len(starts)], dtype=np.int64)
+    rows = np.arange(len(starts), dtype=np.int64)
+    flat_in = np.arange(1, 9, dtype=np.int64)
+    pool = np.full((len(starts), 5), -9, dtype=np.int32)
+    np.testing.assert_array_equal(
+        scatter_reference(flat_in, offsets, rows, pool), build_cases.loop_oracle(flat_in, offsets, rows, pool)
+    )
+
+
+def naive_first_value_error(offsets, rows, n_tokens, n_rows):
+    """The checked-mode rules as plain loops, to hold the vectorized ones to."""
+    offsets, rows = [int(x) for x in offsets], [int(x) for x in rows]
+    if offsets[0] < 0:
+        return errors.OFFSETS_START.format(value=offsets[0])
+    for i in range(len(rows)):
+        if offsets[i] > offsets[i + 1]:
+            return errors.OFFSETS_DECREASING.format(i=i, a=offsets[i], j=i + 1, b=offsets[i + 1])
+    if offsets[-1] > n_tokens:
+        return errors.OFFSETS_END.format(n=n_tokens, value=offsets[-1])
+    for i, row in enumerate(rows):
+        if not 0 <= row < n_rows:
+            return errors.ROW_OUT_OF_RANGE.format(i=i, row=row, rows=n_rows)
+    for j, row in enumerate(rows):
+        if row in rows[:j]:
+            return errors.ROW_REPEATED.format(j=j, row=row, i=rows.index(row))
+    return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    offsets=st.lists(st.integers(-3, 12), min_size=1, max_size=8),
+    rows=st.lists(st.integers(-2, 6), max_size=7),
+    n_tokens=st.integers(0, 12),
+)
+def test_checked_mode_reports_the_first_violation(offsets, rows, n_tokens):
+    rows = rows[: len(offsets) - 1]
+    offsets = offsets[: len(rows) + 1]
+    expected = naive_first_value_error(offsets, rows, n_tokens, n_rows=5)
+    try:
+        raise_first_value_error(np.asarray(offsets, np.int64), np.asarray(rows, np.int64), n_tokens, 5)
+    except errors.KvCanaryValueError as error:
+        assert str(error) == expected
+    else:
+        assert expected is None
+
+
+def test_cells_overlap_matches_brute_force():
+    for n_rows in range(0, 4):
+        for width in range(0, 4):
+            for s0 in range(0, 7):
+                for s1 in range(0, 7):
+                    cells = [r * s0 + c * s1 for r in range(n_rows) for c in range(width)]
+                    assert cells_overlap((n_rows, width), (s0, s1)) == (len(set(cells)) != len(cells)), (
+                        n_rows, width, s0, s1,
+                    )
+
+
+# A dialect over numpy arrays, to test the generated predicate against first_error.
+NUMPY_DIALECT = Dialect(
+    is_array="isinstance({x}, np.ndarray)",
+    rank="{x}.ndim",
+    dtype_is="{x}.dtype == {dtype}",
+    length="{x}.shape[0]",
+    same_device="True",
+    writable="not cells_overlap({x}.shape, tuple(s // {x}.itemsize for s in {x}.strides))",
+    dtype_object=np.dtype,
+    namespace={"np": np, "cells_overlap": cells_overlap},
+)
+
+
+def numpy_view(x):
+    if not isinstance(x, np.ndarray):
+        return NotAnArray(type(x).__name__)
+    problem = None
+    if x.ndim == 2 and cells_overlap(x.shape, tuple(s // x.itemsize for s in x.strides)):
+        problem = errors.WRITE_OVERLAP.format(strides=tuple(s // x.itemsize for s in x.strides))
+    return ArrayView(tuple(x.shape), x.dtype.name, "cpu", problem)
+
+
+@st.composite
+def argument_sets(draw):
+    args = {}
+    for arg in ARGUMENTS:
+        kind = draw(st.sampled_from(["good"] * 6 + ["rank", "dtype", "list", "none"]))
+        rank = arg.rank if kind != "rank" else draw(st.integers(0, 3).filter(lambda r, a=arg: r != a.rank))
+        dtype = arg.dtype if kind != "dtype" else draw(st.sampled_from(["int32", "int64", "float32", "bool", "uint8"]))
+        shape = tuple(draw(st.integers(0, 4)) for _ in range(rank))
+        args[arg.name] = {"list": [1, 2], "none": None}.get(kind, np.zeros(shape, dtype=dtype) + 3)
+    pool = args["pool_out"]
+    if draw(st.booleans()) and isinstance(pool, np.ndarray) and pool.ndim == 2 and pool.shape[0] > 0:
+        args["pool_out"] = np.broadcast_to(pool[:1], (max(pool.shape[0], 2), pool.shape[1]))
+    return args
+
+
+FAST_NUMPY_CHECK = compile_fast_check(NUMPY_DIALECT)
+
+
+@settings(max_examples=500, deadline=None)
+@given(args=argument_sets())
+def test_fast_predicate_agrees_with_the_ordered_checks(args):
+    error = first_error({name: numpy_view(value) for name, value in args.items()})
+    assert FAST_NUMPY_CHECK(**args) == (error is None), (error, FAST_NUMPY_CHECK.source)
+
+
+def test_fast_predicate_source_follows_the_argument_table():
+    source = FAST_NUMPY_CHECK.source
+    assert source.index("flat_in.ndim == 1") < source.index("pool_out.ndim == 2") < source.index("flat_in.dtype")
+    assert "offsets.shape[0] == req_pool_indices.shape[0] + 1" in source
+
+
+def test_spec_imports_no_framework():
+    code = (
+        "import sys, shared_spec, shared_spec.cases, shared_spec.conformance, shared_spec.build_cases;"
+        "bad = [m for m in ('torch', 'jax', 'triton') if m in sys.modules]; assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("shape, text", [((2, 3), "(2, 3)"), ((5,), "(5,)"), ((), "()")])
+def test_shapes_are_written_as_python_tuples(shape, text):
+    error = first_error(
+        {
+            "flat_in": ArrayView(shape, "int64"),
+            "offsets": ArrayView((1,), "int64"),
+            "req_pool_indices": ArrayView((0,), "int64"),
+            "pool_out": ArrayView((1, 1), "int32"),
+        }
+    )
+    if len(shape) == 1:
+        assert error is None
+    else:
+        assert str(error) == f"kv-canary: scatter_req_token_ids flat_in must be 1-D, got shape {text}"

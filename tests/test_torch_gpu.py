@@ -1,0 +1,202 @@
+"""The torch frontend on a real GPU: the compiled Triton kernel, graphs, compile, syncs, devices.
+
+Skipped without CUDA (tests/conftest.py). Pools are always sentinel-filled.
+The conformance cases and the contract's properties also run on the GPU through
+test_torch_triton.py / test_torch_vectorized.py (their runners use cuda:0
+there, which adds the device-mismatch cases).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+
+from kv_canary_torch import launch_scatter_req_token_ids_kernel, pack_token_ids
+from shared_spec import errors, scatter_reference
+from tests.strategies import batches, large_batch, sentinel_pool
+from tests.torch_support import as_numpy
+
+pytestmark = pytest.mark.gpu
+
+BACKENDS = ["triton", "torch"]
+
+
+def on_gpu(batch, device="cuda"):
+    return [torch.from_numpy(np.ascontiguousarray(x)).to(device) for x in batch]
+
+
+def launch(flat_in, offsets, rows, pool, **options):
+    launch_scatter_req_token_ids_kernel(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=pool, **options)
+
+
+def assert_matches_reference(batch, backend="triton"):
+    flat_in, offsets, rows, pool = on_gpu(batch)
+    launch(flat_in, offsets, rows, pool, backend=backend)
+    np.testing.assert_array_equal(as_numpy(pool), scatter_reference(*batch))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_random_batches(backend):
+    @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(batch=batches(max_rows=12, max_width=40, max_bs=12, max_tokens=120))
+    def check(batch):
+        assert_matches_reference(batch, backend)
+
+    check()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "bs, width",
+    [
+        (70_000, 4),  # bs past 65535: requests must be on grid axis 0
+        (3, 5000),  # several tiles per request
+        (512, 8192),  # fewer lanes than tiles: each lane strides through several tiles
+        (2, 300_000),  # long requests: hundreds of lanes each
+    ],
+)
+def test_large_batches(backend, bs, width):
+    assert_matches_reference(large_batch(bs=bs, width=width, seed=bs), backend)
+
+
+def test_auto_picks_triton_on_cuda(monkeypatch):
+    from kv_canary_torch import op
+
+    calls = []
+    for name in op.IMPLEMENTATIONS:
+        monkeypatch.setitem(op.IMPLEMENTATIONS, name, lambda *args, name=name: calls.append(name))
+    launch(*on_gpu(large_batch(bs=2, width=3)))
+    assert calls == ["triton"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_column_slice_of_a_wider_pool(backend):
+    flat_in, offsets, rows, pool = large_batch(bs=300, width=700, seed=7)
+    wide = torch.full((pool.shape[0], pool.shape[1] + 9), -77, dtype=torch.int32, device="cuda")
+    view = wide[:, 4 : 4 + pool.shape[1]]
+    view.copy_(torch.from_numpy(pool))
+    launch(*on_gpu((flat_in, offsets, rows)), view, backend=backend)
+    np.testing.assert_array_equal(as_numpy(view), scatter_reference(flat_in, offsets, rows, pool))
+    assert (wide[:, :4] == -77).all() and (wide[:, 4 + pool.shape[1] :] == -77).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape, strides", [((2, 24), (2**31 + 16, 1)), ((24, 2), (1, 2**31 + 16))])
+def test_addresses_past_int32(backend, shape, strides):
+    # A pool whose cells lie more than 2**31 elements apart (8.6 GB of int32).
+    fill = -3
+    span = (shape[0] - 1) * strides[0] + (shape[1] - 1) * strides[1] + 1
+    memory = torch.full((span,), fill, dtype=torch.int32, device="cuda")
+    pool = memory.as_strided(shape, strides)
+    sentinels = sentinel_pool(*shape, seed=13)
+    pool.copy_(torch.from_numpy(sentinels))
+    flat_in = np.arange(1000, 1000 + 2 * max(shape), dtype=np.int64)
+    offsets = np.asarray([0, shape[1], 2 * shape[1]], dtype=np.int64)
+    rows = np.asarray([shape[0] - 1, 0], dtype=np.int64)
+    launch(*on_gpu((flat_in, offsets, rows)), pool, backend=backend)
+    np.testing.assert_array_equal(as_numpy(pool), scatter_reference(flat_in, offsets, rows, sentinels))
+    assert int((memory == fill).sum()) == span - pool.numel()  # nothing outside the pool's cells
+    del memory, pool
+    torch.cuda.empty_cache()
+
+
+def fixed_shape_batch(seed: int, bs: int, width: int, n_tokens: int):
+    """A batch whose array shapes depend only on (bs, width, n_tokens): graph replays need that."""
+    rng = np.random.default_rng(seed)
+    offsets = np.sort(rng.integers(0, n_tokens + 1, size=bs + 1)).astype(np.int64)
+    rows = rng.permutation(bs + 1)[:bs].astype(np.int64)
+    rows[rng.random(bs) < 0.1] = -1  # some requests name no row
+    flat_in = rng.integers(-(2**63), 2**63 - 1, size=n_tokens, dtype=np.int64, endpoint=True)
+    return flat_in, offsets, rows, sentinel_pool(bs + 1, width, seed)
+
+
+def test_cuda_graph_capture_and_replay():
+    shape = dict(bs=64, width=48, n_tokens=2000)
+    static = on_gpu(fixed_shape_batch(0, **shape))
+    flat_in, offsets, rows, pool = static
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm up: compile the kernel outside the capture
+        launch(flat_in, offsets, rows, pool)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch(flat_in, offsets, rows, pool)
+    for seed in (1, 2, 3):
+        batch = fixed_shape_batch(seed, **shape)
+        for target, source in zip(static, on_gpu(batch)):
+            target.copy_(source)
+        graph.replay()
+        torch.cuda.synchronize()
+        np.testing.assert_array_equal(as_numpy(pool), scatter_reference(*batch))
+
+
+def test_no_host_sync():
+    flat_in, offsets, rows, pool = on_gpu(large_batch(bs=32, width=16, seed=5))
+    launch(flat_in, offsets, rows, pool)  # warm up (first launch compiles)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        launch(flat_in, offsets, rows, pool)
+        launch(flat_in, offsets, rows, pool, backend="triton")
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
+
+
+def test_compile_fullgraph_on_gpu():
+    def caller(flat_in, lengths, rows, pool):
+        offsets = torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)])
+        launch(flat_in, offsets, rows, pool)
+        return pool.to(torch.int64).sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(caller, fullgraph=True)
+    for seed, bs in enumerate((40, 41, 90)):
+        flat_in, offsets, rows, pool = large_batch(bs=bs, width=33, seed=seed)
+        expected = scatter_reference(flat_in, offsets, rows, pool)
+        tensors = on_gpu((flat_in, np.diff(offsets), rows, pool))
+        total = compiled(*tensors)
+        np.testing.assert_array_equal(as_numpy(tensors[3]), expected)
+        assert int(total) == int(expected.astype(np.int64).sum())
+    torch._dynamo.reset()
+
+
+def test_pinned_packing_feeds_the_gpu():
+    token_lists = [list(range(100, 100 + k)) for k in (5, 0, 17, 3)]
+    flat_in, offsets = pack_token_ids(token_lists, pin_memory=True)
+    rows = torch.tensor([3, 1, 0, 2], dtype=torch.int64)
+    pool = torch.from_numpy(sentinel_pool(4, 20, seed=1))
+    expected = scatter_reference(flat_in.numpy(), offsets.numpy(), rows.numpy(), pool.numpy())
+    gpu = [t.to("cuda", non_blocking=True) for t in (flat_in, offsets, rows, pool)]
+    launch(*gpu)
+    np.testing.assert_array_equal(as_numpy(gpu[3]), expected)
+
+
+needs_two = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
+
+
+@pytest.mark.multidevice
+@needs_two
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_second_device_while_the_first_is_current(backend):
+    torch.cuda.set_device(0)
+    batch = large_batch(bs=100, width=30, seed=9)
+    flat_in, offsets, rows, pool = on_gpu(batch, device="cuda:1")
+    launch(flat_in, offsets, rows, pool, backend=backend)
+    np.testing.assert_array_equal(as_numpy(pool), scatter_reference(*batch))
+    assert torch.cuda.current_device() == 0
+
+
+@pytest.mark.multidevice
+@needs_two
+def test_arguments_on_two_devices_are_refused():
+    flat_in, offsets, rows, pool = on_gpu(large_batch(bs=3, width=4))
+    pool1 = pool.to("cuda:1")
+    before = as_numpy(pool1).copy()
+    with pytest.raises(errors.KvCanaryValueError) as raised:
+        launch(flat_in, offsets, rows, pool1)
+    assert str(raised.value) == errors.DEVICE_MISMATCH.format(arg="flat_in", device="cuda:0", pool_device="cuda:1")
+    np.testing.assert_array_equal(as_numpy(pool1), before)

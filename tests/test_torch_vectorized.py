@@ -1,0 +1,10 @@
+"""The contract on the torch frontend's vectorized torch backend."""
+
+from kv_canary_torch.conformance import TorchRunner
+from tests.contract import ScatterContract
+
+
+class TestTorchVectorized(ScatterContract):
+    @classmethod
+    def make_runner(cls):
+        return TorchRunner("torch")
