@@ -8,7 +8,6 @@ Modules, one purpose each:
 - ``implementations``: ``implementation=`` resolution per platform.
 - ``pallas_triton``: the Pallas kernel (CUDA GPUs; anywhere when interpreted).
 - ``xla``: the pure-XLA implementation (any platform).
-- ``segments``: per-request window arithmetic shared by both implementations.
 - ``checked``: ``check_values=True``, eagerly or through ``checkify``.
 - ``platforms``: device and platform names.
 - ``conformance``: ``shared_spec.conformance.Runner`` subclasses for each implementation.

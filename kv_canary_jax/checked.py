@@ -120,9 +120,12 @@ def _batching(args, dims):
     return needs_checkify_p.bind(x), dim
 
 
-def _checkify_rule(error, enabled_errors, x):
-    del enabled_errors
-    return error, x
+def _checkify_rule(*args, **params):
+    # JAX 0.10 calls rule(error, enabled_errors, x); 0.11 passes one more
+    # positional. Find the error by type; the marked operand is the last one.
+    del params
+    error = next(a for a in args if isinstance(a, checkify.Error))
+    return error, args[-1]
 
 
 mlir.register_lowering(needs_checkify_p, _lowering)

@@ -10,26 +10,26 @@ in place; without donation XLA copies the pool first. When ``bs``, ``N``, ``R``
 or ``C`` is 0 nothing can be written and the pool is returned without a kernel.
 
 Grid: ``(bs, tiles)``. Program ``(r, k)`` loads the three scalars
-``offsets[r]``, ``offsets[r+1]``, ``req_pool_indices[r]``, computes the segment
-length ``n`` (``segments.segment_lengths``, exact in wrapping int64) and the
-first column with a real token (``segments.first_column``), and covers the
-``BLOCK`` columns of tile ``k`` counted from that column's tile. It exits early
-(``pl.when``) when the row is outside ``[0, R)`` (nothing is stored at all) or
-the tile starts at or past ``n``.
+``offsets[r]``, ``offsets[r+1]``, ``req_pool_indices[r]`` and computes, on
+scalars, the request's window ``(base, lo, hi)`` with the spec's own
+``shared_spec.reference.written_columns``: it writes exactly the columns
+``lo <= j < hi``, reading ``flat_in[base + j]``. It covers the ``BLOCK`` columns
+of tile ``k`` counted from ``lo``'s tile, and exits early (``pl.when``) when the
+row is outside ``[0, R)`` (nothing is stored at all) or the tile starts at or
+past ``hi``. Per element that leaves two int32 compares.
 
-``tiles = min(cdiv(C, BLOCK), cdiv(min(C, N), BLOCK) + 1)``: a request writes at
-most ``min(C, N)`` consecutive columns from its first column (``segments``), and
-such a run, starting anywhere inside a tile, spans at most
-``cdiv(min(C, N), BLOCK) + 1`` tiles, and never more than the pool's
-``cdiv(C, BLOCK)``. A pool far wider than the batch's tokens (the usual
+``tiles = min(cdiv(C, BLOCK), cdiv(longest_window(C, N), BLOCK) + 1)``: a
+request writes at most ``min(C, N)`` consecutive columns, and such a run,
+starting anywhere inside a tile, spans at most ``cdiv(min(C, N), BLOCK) + 1``
+tiles, and never more than the pool's ``cdiv(C, BLOCK)``. A pool far wider than the batch's tokens (the usual
 ``req_to_token`` pool: ``C`` is the context limit, ``N`` the tokens of this
 batch) thus launches programs for the tokens, not for the width.
 
-Memory safety: every access goes through an index vector with a mask. Token
-lane ``j`` reads ``flat_in[start + j]`` only when ``j < n`` and
-``0 <= start + j < N``; masked lanes use index 0 and are never dereferenced.
-Stores go to ``pool[row, j]`` under the same mask, with ``row`` in range (the
-early exit) and ``j < n <= C``. No dynamic slice is used: the interpreter clamps
+Memory safety: every access goes through an index vector with a mask. Lane
+``j`` reads ``flat_in[base + j]`` only when ``lo <= j < hi``, which the spec's
+window guarantees is inside ``[0, N)``; masked lanes use index 0 and are never
+dereferenced. Stores go to ``pool[row, j]`` under the same mask, with ``row`` in
+range (the early exit) and ``j < hi <= C``. No dynamic slice is used: the interpreter clamps
 slices that reach past an array's end while the GPU would not, so a slice could
 pass in interpret mode and fault on the GPU (or the reverse). Masked store
 lanes keep distinct column indices (``base + arange``), because the interpreter
@@ -48,7 +48,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
-from kv_canary_jax import segments
+from shared_spec.reference import longest_window, written_columns
 
 # Columns one program covers. A power of two (Triton tensors must be); 1024
 # lanes over NUM_WARPS * 32 = 128 threads is 8 tokens per thread, enough
@@ -65,7 +65,7 @@ NUM_STAGES = 1
 
 def tile_programs(width: int, n_tokens: int) -> int:
     """Programs per request along the columns (see the module docstring)."""
-    return min(pl.cdiv(width, BLOCK), pl.cdiv(segments.window(width, n_tokens), BLOCK) + 1)
+    return min(pl.cdiv(width, BLOCK), pl.cdiv(longest_window(width, n_tokens), BLOCK) + 1)
 
 
 def _kernel(flat_ref, offsets_ref, rows_ref, pool_in_ref, pool_ref, *, n_tokens: int, n_rows: int, width: int):
@@ -75,16 +75,18 @@ def _kernel(flat_ref, offsets_ref, rows_ref, pool_in_ref, pool_ref, *, n_tokens:
     start = offsets_ref[r]
     end = offsets_ref[r + 1]
     row = rows_ref[r]
-    n = segments.segment_lengths(start, end, width, jnp)
-    first = segments.first_column(start, n, jnp)
-    base = (lax.div(first, jnp.int64(BLOCK)) + k) * BLOCK  # first >= 0: div is floor
+    base, lo, hi = written_columns(start, end, width, n_tokens, jnp)
     row_ok = (row >= 0) & (row < n_rows)
+    # Columns fit int32 (a pool narrower than 2**31 - 2 * BLOCK; wider ones use int64).
+    col = jnp.int32 if width < 2**31 - 2 * BLOCK else jnp.int64
+    lo, hi = lo.astype(col), hi.astype(col)
+    tile = (lax.div(lo, col(BLOCK)) + k.astype(col)) * BLOCK  # lo >= 0: div is floor
 
-    @pl.when(row_ok & (base < n))
+    @pl.when(row_ok & (tile < hi))
     def _write():
-        j = base + jnp.arange(BLOCK, dtype=jnp.int64)
-        t = start + j  # wraps past int64 max into negatives: skipped like any t < 0
-        mask = (j < n) & (t >= 0) & (t < n_tokens)
+        j = tile + jnp.arange(BLOCK, dtype=col)
+        mask = (j >= lo) & (j < hi)
+        t = base + j.astype(jnp.int64)
         tokens = plt.load(flat_ref.at[jnp.where(mask, t, 0)], mask=mask, other=0)
         # Low 32 bits, two's complement: int64 -> int32 conversion truncates.
         values = tokens.astype(jnp.int32)

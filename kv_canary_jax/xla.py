@@ -19,9 +19,9 @@ checked mode enforces):
   ``>= 2**63``, far past ``C``, so ``0 <= j < C`` is exact.
 - per cell (offsets that decrease somewhere, so segments may overlap and a
   token may be read by several requests), ``O(bs * min(C, N))``: each request
-  covers the ``segments.window`` columns from its ``segments.first_column``,
-  which hold all of its writes. Requests are processed
-  ``CELLS_PER_STEP // window`` at a time (one step for small batches, a
+  covers ``longest_window`` columns from the ``lo`` of its window
+  (``shared_spec.reference.written_columns``), which hold all of its writes. Requests are processed
+  ``CELLS_PER_STEP // longest_window`` at a time (one step for small batches, a
   ``fori_loop`` otherwise) so the temporaries stay bounded whatever ``bs``.
 
 The ``lax.cond`` costs one device-side predicate (on GPUs, XLA may read it
@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kv_canary_jax import segments
+from shared_spec.reference import longest_window, written_columns
 
 # Cells (request x column) the per-cell formulation materializes at once:
 # 4M cells is ~80 MB of int64/int32/bool temporaries, small next to any pool
@@ -78,26 +78,24 @@ def _per_token(flat_in, offsets, rows, pool):
 
 def _per_cell(flat_in, offsets, rows, pool):
     (n_tokens,), (bs,), (n_rows, width) = flat_in.shape, rows.shape, pool.shape
-    span = segments.window(width, n_tokens)
-    starts, ends = offsets[:-1], offsets[1:]
-    lengths = segments.segment_lengths(starts, ends, width, jnp)
-    firsts = segments.first_column(starts, lengths, jnp)
+    span = longest_window(width, n_tokens)
+    bases, los, his = written_columns(offsets[:-1], offsets[1:], width, n_tokens, jnp)
 
-    def step(pool, starts, lengths, firsts, rows):
-        j = firsts[:, None] + jnp.arange(span, dtype=jnp.int64)[None, :]
-        t = starts[:, None] + j  # wraps past int64 max into negatives: skipped
+    def step(pool, bases, los, his, rows):
+        j = los[:, None] + jnp.arange(span, dtype=jnp.int64)[None, :]
         row_ok = (rows >= 0) & (rows < n_rows)
-        ok = (j < lengths[:, None]) & (t >= 0) & (t < n_tokens) & row_ok[:, None]
+        ok = (j < his[:, None]) & row_ok[:, None]
+        t = bases[:, None] + j  # in [0, N) wherever ok
         values = jnp.take(flat_in, jnp.where(ok, t, 0), mode="clip").astype(jnp.int32)
         return _write(pool, ok, jnp.broadcast_to(rows[:, None], ok.shape), j, values)
 
     chunk = max(1, min(bs, CELLS_PER_STEP // span))
     steps = -(-bs // chunk)
     if steps == 1:
-        return step(pool, starts, lengths, firsts, rows)
+        return step(pool, bases, los, his, rows)
     # Pad to whole chunks with requests on row R: skipped like any row outside the pool.
     pad = steps * chunk - bs
-    padded = [jnp.pad(a, (0, pad)) for a in (starts, lengths, firsts)]
+    padded = [jnp.pad(a, (0, pad)) for a in (bases, los, his)]
     padded.append(jnp.pad(rows, (0, pad), constant_values=n_rows))
 
     def body(i, pool):

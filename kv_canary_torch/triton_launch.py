@@ -25,10 +25,21 @@ from __future__ import annotations
 
 import torch
 
-# About 15 programs per SM of an H100/H200 (132 SMs): enough lanes in flight to
-# stream one long request at full bandwidth; with many requests, the lane count
-# per request shrinks so that early-exiting programs stay a few thousand.
-TARGET_PROGRAMS = 2048
+from shared_spec.reference import longest_window
+
+# Launch shapes, from the tuning sweep in benchmarks/tune_triton.py (H200).
+# (BLOCK, num_warps, TARGET_PROGRAMS, STREAM) by the most columns one request
+# can write, min(C, N): short rows want few elements per thread (latency-bound),
+# long ones a wide tile and enough programs to keep every SM streaming.
+SMALL_WINDOW = 4096
+SMALL = (512, 8, 2048, False)
+LARGE = (2048, 8, 4096, False)
+
+
+def launch_shape(bs: int, width: int, n_tokens: int) -> tuple[int, int, int, bool]:
+    """(BLOCK, num_warps, TARGET_PROGRAMS, STREAM) for one launch, from shapes only."""
+    return SMALL if longest_window(width, n_tokens) <= SMALL_WINDOW else LARGE
+
 
 _module = None  # kv_canary_torch.triton_kernel, imported at first use
 
@@ -56,24 +67,26 @@ def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch
     if bs == 0 or n_tokens == 0 or n_rows == 0 or width == 0:
         return
     module = _module or kernel_module()
-    block = module.BLOCK
-    lanes = min(-(-min(width, n_tokens) // block), -(-TARGET_PROGRAMS // bs))
+    shape = launch_shape(bs, width, n_tokens)
+    block, warps, target, stream = shape
+    lanes = min(-(-longest_window(width, n_tokens) // block), -(-target // bs))
     stride_row, stride_col = pool_out.stride()
-    ints = (
-        n_tokens, n_rows, width,
-        flat_in.stride(0), offsets.stride(0), req_pool_indices.stride(0), stride_row, stride_col,
-    )
+    flat_stride = flat_in.stride(0)
+    wide = width * max(stride_col, flat_stride, 1) >= 2**31 or width + lanes * block >= 2**31
+    ints = (n_tokens, n_rows, width, flat_stride, offsets.stride(0), req_pool_indices.stride(0), stride_row, stride_col)
     device = pool_out.get_device()  # -1 on the CPU (the interpreter)
-    if device >= 0 and _fast.launch(device, bs, lanes, flat_in, offsets, req_pool_indices, pool_out, ints, block):
+    key = (device, shape, wide)
+    if device >= 0 and _fast.launch(key, bs, lanes, flat_in, offsets, req_pool_indices, pool_out, ints, (block, wide, stream)):
         return
     args = (flat_in, offsets, req_pool_indices, pool_out, *ints)
+    meta = dict(BLOCK=block, WIDE=wide, STREAM=stream, num_warps=warps)
     if device < 0 or device == torch.cuda.current_device():
-        compiled = module.scatter_req_token_ids_kernel[(bs, lanes)](*args, BLOCK=block, num_warps=module.NUM_WARPS)
+        compiled = module.scatter_req_token_ids_kernel[(bs, lanes)](*args, **meta)
     else:  # Triton launches on the current device: make it pool_out's
         with torch.cuda.device(device):
-            compiled = module.scatter_req_token_ids_kernel[(bs, lanes)](*args, BLOCK=block, num_warps=module.NUM_WARPS)
+            compiled = module.scatter_req_token_ids_kernel[(bs, lanes)](*args, **meta)
     if device >= 0:
-        _fast.remember(device, compiled, flat_in, offsets, req_pool_indices, pool_out, ints)
+        _fast.remember(key, compiled, flat_in, offsets, req_pool_indices, pool_out, ints)
 
 
 class _FastLaunch:
@@ -89,38 +102,38 @@ class _FastLaunch:
     but their width (``do_not_specialize`` covers them all; an int is passed as
     i32 when it fits, i64 otherwise) and each pointer on its 16-byte alignment.
     The fast path runs only when every integer fits in int32 and every pointer is
-    16-byte aligned -- one specialization, compiled by the generic path the first
-    time it occurs on a device and remembered per device -- and when no Triton
-    launch hook (a profiler) is installed. Anything else takes the generic path.
+    16-byte aligned -- one specialization per (device, launch shape), compiled by
+    the generic path the first time it occurs and remembered -- and when no
+    Triton launch hook (a profiler) is installed. Anything else takes the generic path.
     """
 
     def __init__(self):
-        self.compiled: dict[int, object] = {}
+        self.compiled: dict[tuple, object] = {}
         self.disabled = False
 
     @staticmethod
     def _common(pointers, ints) -> bool:
         return not (pointers[0] | pointers[1] | pointers[2] | pointers[3]) & 15 and max(ints) < 2**31
 
-    def remember(self, device, compiled, flat_in, offsets, rows, pool, ints) -> None:
+    def remember(self, key, compiled, flat_in, offsets, rows, pool, ints) -> None:
         pointers = (flat_in.data_ptr(), offsets.data_ptr(), rows.data_ptr(), pool.data_ptr())
         if compiled is not None and not self.disabled and self._common(pointers, ints) and _hooks_idle():
-            self.compiled[device] = compiled
+            self.compiled[key] = compiled
 
-    def launch(self, device, bs, lanes, flat_in, offsets, rows, pool, ints, block) -> bool:
+    def launch(self, key, bs, lanes, flat_in, offsets, rows, pool, ints, constexprs) -> bool:
         """Launch and return True, or return False for the generic path to launch."""
-        compiled = self.compiled.get(device)
+        compiled = self.compiled.get(key)
         if compiled is None:
             return False
         pointers = (flat_in.data_ptr(), offsets.data_ptr(), rows.data_ptr(), pool.data_ptr())
         if not self._common(pointers, ints) or not _hooks_idle():
             return False
-        if device != _current_device():
+        if key[0] != _current_device():
             return False
         try:
             compiled.run(
-                bs, lanes, 1, _raw_stream(device), compiled.function, compiled.packed_metadata,
-                None, None, None, *pointers, *ints, block,
+                bs, lanes, 1, _raw_stream(key[0]), compiled.function, compiled.packed_metadata,
+                None, None, None, *pointers, *ints, *constexprs,
             )
         except (TypeError, AttributeError):  # a Triton whose launcher differs: never try again
             self.disabled = True

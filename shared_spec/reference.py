@@ -33,6 +33,36 @@ def segment_lengths(starts, ends, width: int, xp=np):
     return xp.where(ends <= starts, 0, xp.where((diff < 0) | (diff > width), width, diff))
 
 
+def written_columns(starts, ends, width: int, n_tokens: int, xp=np):
+    """``(base, lo, hi)``: a request writes exactly columns ``lo <= j < hi``, reading ``flat_in[base + j]``.
+
+    The cells the spec writes for a request (row in range) are the ``j < n`` (``n``
+    from ``segment_lengths``) with ``0 <= start + j < n_tokens``. With ``base =
+    clip(start, -width, n_tokens)`` that is ``max(-base, 0) <= j < min(n, n_tokens
+    - base)``: where ``start`` is inside the clip, ``base == start``; below it
+    (``start < -width``) no ``start + j`` with ``j < width`` reaches 0 and ``lo =
+    width >= n``; above it (``start > n_tokens``) ``hi <= 0``. ``base`` lies in
+    ``[-width, n_tokens]``, so ``base + j`` and both bounds are small and nothing
+    overflows; ``lo`` and ``hi`` lie in ``[0, width]`` (empty when ``hi <= lo``).
+    Every kernel computes its per-request window this way.
+    """
+    n = segment_lengths(starts, ends, width, xp)
+    base = xp.clip(starts, -width, n_tokens)
+    lo = xp.where(base < 0, -base, 0)
+    hi = xp.minimum(n, n_tokens - base)
+    return base, lo, hi
+
+
+def longest_window(width: int, n_tokens: int) -> int:
+    """The most columns one request can write: ``hi - lo <= min(width, n_tokens)``.
+
+    At most ``width`` since ``hi <= n <= width``; at most ``n_tokens`` since each
+    written column reads a distinct token of ``[0, n_tokens)``. Launchers size
+    per-request work from it.
+    """
+    return min(width, n_tokens)
+
+
 def scatter_reference(flat_in, offsets, req_pool_indices, pool_out) -> np.ndarray:
     """A new pool: ``pool_out`` with the requests' token ids written (inputs untouched)."""
     flat_in = np.asarray(flat_in, dtype=np.int64)

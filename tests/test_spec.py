@@ -15,7 +15,7 @@ from shared_spec import build_cases, errors
 from shared_spec.arguments import ARGUMENTS, ARGUMENT_NAMES
 from shared_spec.cases import CASES_FILE, load_cases
 from shared_spec.checks import ArrayView, Dialect, NotAnArray, cells_overlap, compile_fast_check, first_error
-from shared_spec.reference import scatter_reference
+from shared_spec.reference import longest_window, scatter_reference, written_columns
 from shared_spec.values import raise_first_value_error
 from tests.strategies import INT64_MAX, INT64_MIN, batches
 
@@ -182,3 +182,20 @@ def test_shapes_are_written_as_python_tuples(shape, text):
         assert error is None
     else:
         assert str(error) == f"kv-canary: scatter_req_token_ids flat_in must be 1-D, got shape {text}"
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    start=st.one_of(st.integers(-30, 30), st.integers(INT64_MIN, INT64_MAX)),
+    end=st.one_of(st.integers(-30, 30), st.integers(INT64_MIN, INT64_MAX)),
+    width=st.integers(1, 12),
+    n_tokens=st.integers(0, 20),
+)
+def test_written_columns_are_exactly_the_spec_cells(start, end, width, n_tokens):
+    with np.errstate(over="ignore"):
+        base, lo, hi = written_columns(np.int64(start), np.int64(end), width, n_tokens)
+    n = min(max(end - start, 0), width)
+    cells = [j for j in range(n) if 0 <= start + j < n_tokens]
+    assert list(range(int(lo), int(hi))) == cells
+    assert all(int(base) + j == start + j for j in cells)
+    assert 0 <= int(lo) <= width and int(hi) <= width and len(cells) <= longest_window(width, n_tokens)

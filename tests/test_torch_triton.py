@@ -27,14 +27,17 @@ COMPILE_FOR_SM90 = """
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from kv_canary_torch import triton_kernel as k
-signature = dict(flat_in_ptr="*i64", offsets_ptr="*i64", rows_ptr="*i64", pool_ptr="*i32", n_tokens="i32",
-                 n_rows="i64", width="i32", flat_stride="i32", offsets_stride="i32", rows_stride="i32",
-                 stride_row="i64", stride_col="i32", BLOCK="constexpr")
-for constants in ({"BLOCK": k.BLOCK}, {"BLOCK": k.BLOCK, "stride_col": 1, "flat_stride": 1, "width": 1}):
-    source = ASTSource(fn=k.scatter_req_token_ids_kernel, signature=signature, constexprs=constants)
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": k.NUM_WARPS})
-    assert "st.global" in compiled.asm["ptx"]
+from kv_canary_torch import triton_kernel as k, triton_launch as launch
+ints = ("n_tokens", "n_rows", "width", "flat_stride", "offsets_stride", "rows_stride", "stride_row", "stride_col")
+for int_type in ("i32", "i64"):
+    signature = dict(flat_in_ptr="*i64", offsets_ptr="*i64", rows_ptr="*i64", pool_ptr="*i32",
+                     **{name: int_type for name in ints}, BLOCK="constexpr", WIDE="constexpr", STREAM="constexpr")
+    for block, warps, _, stream in (launch.SMALL, launch.LARGE):
+        for wide in (False, True):
+            source = ASTSource(fn=k.scatter_req_token_ids_kernel, signature=signature,
+                               constexprs={"BLOCK": block, "WIDE": wide, "STREAM": stream})
+            compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+            assert "st.global" in compiled.asm["ptx"]
 print("compiled")
 """
 

@@ -1,0 +1,64 @@
+"""Every launch shape and the int64 column path of the Triton kernel, against the reference.
+
+The launcher picks its block shape from the batch and turns on int64 column
+offsets (WIDE) only for pools whose column offsets pass 2**31; neither choice
+may change a result, so each is forced here on small random batches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+
+from kv_canary_torch import triton_launch
+from shared_spec import scatter_reference
+from tests.strategies import batches
+from tests.torch_support import device_for
+
+DEVICE = device_for("triton")
+
+
+def run_kernel(batch, shape, wide):
+    flat_in, offsets, rows, pool = (torch.from_numpy(x).to(DEVICE) for x in batch)
+    block, warps, target, stream = shape
+    n_rows, width = pool.shape
+    bs, n_tokens = rows.shape[0], flat_in.shape[0]
+    if min(bs, n_tokens, n_rows, width) == 0:
+        return pool.cpu().numpy()
+    lanes = min(-(-min(width, n_tokens) // block), -(-target // bs))
+    triton_launch.kernel_module().scatter_req_token_ids_kernel[(bs, lanes)](
+        flat_in, offsets, rows, pool, n_tokens, n_rows, width, 1, 1, 1, pool.stride(0), pool.stride(1),
+        BLOCK=block, WIDE=wide, STREAM=stream, num_warps=warps,
+    )
+    return pool.cpu().numpy()
+
+
+@pytest.mark.parametrize("wide", [False, True])
+@pytest.mark.parametrize("shape", [triton_launch.SMALL, triton_launch.LARGE, (16, 4, 64, True)], ids=str)
+def test_launch_shapes_match_reference(shape, wide):
+    @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(batch=batches(max_width=40))
+    def check(batch):
+        np.testing.assert_array_equal(run_kernel(batch, shape, wide), scatter_reference(*batch))
+
+    check()
+
+
+def test_long_rows_take_the_large_shape():
+    width = triton_launch.SMALL_WINDOW + 700
+    assert triton_launch.launch_shape(2, width, 2 * width) == triton_launch.LARGE
+    rng = np.random.default_rng(7)
+    flat_in = rng.integers(-(2**40), 2**40, size=2 * width - 5, dtype=np.int64)
+    offsets = np.array([3, width + 1, 2 * width - 5], dtype=np.int64)
+    rows = np.array([2, 0], dtype=np.int64)
+    pool = (rng.integers(-(2**31), 2**31, size=(3, width))).astype(np.int32)
+    got = torch.from_numpy(pool).to(DEVICE)
+    from kv_canary_torch import launch_scatter_req_token_ids_kernel
+
+    launch_scatter_req_token_ids_kernel(
+        flat_in=torch.from_numpy(flat_in).to(DEVICE), offsets=torch.from_numpy(offsets).to(DEVICE),
+        req_pool_indices=torch.from_numpy(rows).to(DEVICE), pool_out=got, backend="triton",
+    )
+    np.testing.assert_array_equal(got.cpu().numpy(), scatter_reference(flat_in, offsets, rows, pool))
