@@ -85,6 +85,15 @@ def bench_torch(inputs, expected, measures: dict):
     import torch
     import triton
 
+    # The same bytes moved by a plain device copy (read 8 + write 4 per token,
+    # as one copy of 6 bytes per token), timed the same way: what the L2 flush
+    # and launch floor leave for any kernel of this size.
+    tokens = inputs[0].shape[0]
+    src = torch.empty(max(1, tokens * 6 // 4), dtype=torch.int32, device="cuda").random_()
+    dst = torch.empty_like(src)
+    measures["same_bytes_copy_us"] = triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median") * 1e3
+    del src, dst
+
     from kv_canary_torch import launch_scatter_req_token_ids_kernel as launch
     from kv_canary_torch.checks import fast_check
 
@@ -161,6 +170,18 @@ def bench_jax(inputs, expected, measures: dict, implementations):
         measures[f"jax_{impl}_wall_us"] = _wall(one, (flat_in, offsets, rows, jax.device_put(inputs[3])), WALL_CALLS) * 1e6
 
 
+def empty_kernel_us(torch, triton) -> float:
+    """do_bench's floor on this machine: the median time of a kernel that does nothing."""
+    import triton.language as tl  # noqa: F401  (the jit below needs triton's language loaded)
+
+    @triton.jit
+    def empty(x_ptr):
+        pass
+
+    x = torch.empty(1, device="cuda")
+    return triton.testing.do_bench(lambda: empty[(1,)](x), return_mode="median") * 1e3
+
+
 def versions() -> dict:
     out = {"python": platform.python_version()}
     for name in ("torch", "triton", "jax", "jaxlib"):
@@ -182,6 +203,7 @@ def versions() -> dict:
 COLUMNS = (
     ("torch_triton_us", "triton us"),
     ("triton_bw_pct", "% copy BW"),
+    ("same_bytes_copy_us", "same-bytes copy us"),
     ("sglang_b_us", "sglang B us (anchor)"),
     ("torch_torch_us", "torch-vec us"),
     ("jax_pallas_us", "pallas us"),
@@ -204,8 +226,12 @@ def render(rows: list[Row], meta: dict) -> str:
         lines.append(
             f"| {r.bs} | {r.seq} | {'yes' if r.ragged else 'no'} | {r.tokens} | {r.floor_us:.2f} | " + " | ".join(cells) + " |"
         )
-    info = ", ".join(f"{k} {v}" for k, v in meta.items() if k != "copy_bw_tbs")
-    return f"Machine and versions: {info}. Copy bandwidth measured in this run: {meta['copy_bw_tbs']:.2f} TB/s.\n\n" + "\n".join(lines)
+    info = ", ".join(f"{k} {v}" for k, v in meta.items() if k not in ("copy_bw_tbs", "empty_kernel_us"))
+    return (
+        f"Machine and versions: {info}. Copy bandwidth measured in this run: {meta['copy_bw_tbs']:.2f} TB/s; "
+        f"an empty Triton kernel measures {meta['empty_kernel_us']:.2f} us with do_bench (its floor here).\n\n"
+        + "\n".join(lines)
+    )
 
 
 def run(args) -> int:
@@ -222,7 +248,7 @@ def run(args) -> int:
 
     impls = [i for i in ("pallas", "mosaic", "xla") if i in available_implementations()]
     bw = copy_bandwidth(torch, triton)
-    meta = versions() | {"copy_bw_tbs": bw / 1e12}
+    meta = versions() | {"copy_bw_tbs": bw / 1e12, "empty_kernel_us": empty_kernel_us(torch, triton)}
     from shared_spec.reference import scatter_reference
 
     rows = []

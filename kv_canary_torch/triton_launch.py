@@ -32,8 +32,8 @@ from shared_spec.reference import longest_window
 # can write, min(C, N): short rows want few elements per thread (latency-bound),
 # long ones a wide tile and enough programs to keep every SM streaming.
 SMALL_WINDOW = 4096
-SMALL = (512, 8, 2048, False)
-LARGE = (2048, 8, 4096, False)
+SMALL = (512, 4, 4096, False)
+LARGE = (4096, 8, 4096, False)
 
 
 def launch_shape(bs: int, width: int, n_tokens: int) -> tuple[int, int, int, bool]:
