@@ -107,6 +107,29 @@ def bench_torch(inputs, expected, measures: dict):
             return_mode="median",
         )
         measures[f"torch_{backend}_us"] = ms * 1e3
+    # Chained like the JAX figure (CHAIN launches back to back in one CUDA graph,
+    # no flush between them, minus one launch): the like-for-like comparison.
+    out = pool.clone()
+    graphs = {}
+    for k in (1, CHAIN):
+        graphs[k] = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graphs[k]):
+            for _ in range(k):
+                launch(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=out, backend="triton")
+    times = {1: [], CHAIN: []}
+    for _ in range(30):
+        for k, graph in graphs.items():
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            graph.replay()
+            torch.cuda.synchronize()
+            times[k].append(time.perf_counter() - start)
+    measures["torch_triton_chained_us"] = (statistics.median(times[CHAIN]) - statistics.median(times[1])) / (CHAIN - 1) * 1e6
+    from kv_canary.baseline_kernels import launch_per_request_tile
+
+    measures["per_request_tile_us"] = triton.testing.do_bench(
+        lambda: launch_per_request_tile(flat_in, offsets, rows, out), return_mode="median"
+    ) * 1e3
     out = pool.clone()
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -204,6 +227,8 @@ COLUMNS = (
     ("torch_triton_us", "triton us"),
     ("triton_bw_pct", "% copy BW"),
     ("same_bytes_copy_us", "same-bytes copy us"),
+    ("per_request_tile_us", "per-request-tile baseline us"),
+    ("torch_triton_chained_us", "triton chained us"),
     ("sglang_b_us", "sglang B us (anchor)"),
     ("torch_torch_us", "torch-vec us"),
     ("jax_pallas_us", "pallas us"),

@@ -1,0 +1,63 @@
+"""Where the host time of one torch launch goes (GPU): checks, backend choice, Triton launch.
+
+    python benchmarks/host_overhead.py
+
+Each line is microseconds per call over CALLS calls with no synchronization
+(fewer than the launch queue holds), on a 64 x 512 batch.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from kv_canary.bench import make_inputs
+from kv_canary_torch import backends, launch_scatter_req_token_ids_kernel as launch, triton_launch
+from kv_canary_torch.checks import fast_check
+
+CALLS = 500
+
+
+def per_call(fn) -> float:
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(CALLS):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / CALLS * 1e6
+
+
+def main():
+    flat_in, offsets, rows, pool = (torch.from_numpy(x).cuda() for x in make_inputs(64, 512, False))
+    kwargs = dict(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=pool)
+    launch(**kwargs)
+    print(f"fast path entries: {list(triton_launch._fast.compiled)}  disabled: {triton_launch._fast.disabled}")
+    rows_out = {
+        "launcher (auto)": lambda: launch(**kwargs),
+        "launcher (triton)": lambda: launch(**kwargs, backend="triton"),
+        "fast_check": lambda: fast_check(flat_in, offsets, rows, pool),
+        "backends.resolve": lambda: backends.resolve("auto", pool),
+        "triton_launch.launch": lambda: triton_launch.launch(flat_in, offsets, rows, pool),
+        "torch.cuda.current_device": torch.cuda.current_device,
+        "raw stream": lambda: triton_launch._raw_stream(0),
+        "hooks idle": triton_launch._hooks_idle,
+        "pool.add_(0) (one torch op)": lambda: pool.add_(0),
+    }
+    key, compiled = next(iter(triton_launch._fast.compiled.items()), (None, None))
+    if compiled is not None:
+        pointers = (flat_in.data_ptr(), offsets.data_ptr(), rows.data_ptr(), pool.data_ptr())
+        ints = (flat_in.shape[0], pool.shape[0], pool.shape[1], 1, 1, 1, pool.stride(0), 1)
+        block, _, _, stream = triton_launch.launch_shape(64, pool.shape[1], flat_in.shape[0])
+        raw = triton_launch._raw_stream(0)
+        rows_out["compiled.run alone"] = lambda: compiled.run(
+            64, 1, 1, raw, compiled.function, compiled.packed_metadata, None, None, None, *pointers, *ints, block, False, stream
+        )
+    for name, fn in rows_out.items():
+        print(f"{name:32s} {per_call(fn):7.2f} us")
+
+
+if __name__ == "__main__":
+    main()
