@@ -15,9 +15,12 @@ Methods (one GPU, nothing else running):
 - JAX device time: one jitted function that applies the op ``CHAIN`` times in
   a row (unrolled, so no loop overhead), minus the same with one application,
   divided by ``CHAIN - 1``; median over repeats.
-- JAX wall time: per call of a jitted, pool-donating function over
-  ``WALL_CALLS`` back-to-back calls, next to the same for a jitted function that
-  only returns the donated pool (the dispatch floor).
+- JAX wall time: per call of a jitted, pool-donating function, median of 5
+  rounds of back-to-back calls (``WALL_CALLS`` in all), next to the same for a
+  jitted function that only returns the donated pool (the dispatch floor).
+- torch chained time: ``CHAIN`` launches captured in one CUDA graph, replayed,
+  minus one launch, over ``CHAIN - 1``: the same method as the JAX figure (no
+  flush between launches), so Pallas and Triton compare like for like.
 """
 
 from __future__ import annotations
@@ -143,15 +146,23 @@ def bench_torch(inputs, expected, measures: dict):
     measures["host_checks_us"] = (time.perf_counter() - start) / HOST_CALLS * 1e6
 
 
-def _wall(fn, args, calls: int) -> float:
-    """Seconds per call of ``fn(*args[:3], pool)`` back to back, the pool threaded through."""
+def _wall(fn, args, calls: int, rounds: int = 5) -> float:
+    """Seconds per call of ``fn(*args[:3], pool)`` back to back, the pool threaded through.
+
+    The median over ``rounds`` rounds of ``calls // rounds`` calls each, so one
+    stall of the host does not move the figure.
+    """
     pool = fn(*args)
     pool.block_until_ready()
-    start = time.perf_counter()
-    for _ in range(calls):
-        pool = fn(*args[:3], pool)
-    pool.block_until_ready()
-    return (time.perf_counter() - start) / calls
+    per_round = max(1, calls // rounds)
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(per_round):
+            pool = fn(*args[:3], pool)
+        pool.block_until_ready()
+        samples.append((time.perf_counter() - start) / per_round)
+    return statistics.median(samples)
 
 
 def bench_jax(inputs, expected, measures: dict, implementations):

@@ -65,7 +65,7 @@ def resolve(backend, pool_out: torch.Tensor) -> str:
     """The implementation to run for ``backend`` on ``pool_out``'s device, or raise."""
     if backend not in BACKENDS:  # tuple membership: safe for unhashable values
         raise errors.choice_error("backend", backend, BACKENDS)
-    key = (backend, pool_out.device.type)
+    key = (backend, "cuda" if pool_out.is_cuda else pool_out.device.type)
     found = _resolved.get(key)
     if found is None:
         found = _resolved[key] = _resolve_uncached(*key)

@@ -49,10 +49,11 @@ TORCH_DIALECT = Dialect(
     rank="{x}.dim()",
     dtype_is="{x}.dtype is {dtype}",
     length="{x}.shape[0]",
-    # ``device ==`` rather than ``get_device() ==``: get_device() is -1 for the
-    # CPU and for every other non-indexed device (meta, ...), so it could pass
-    # arguments the spec's checker rejects; the exact form costs ~50 ns more.
-    same_device="{x}.device == {y}.device",
+    # Two CUDA tensors compare by index (two C++ calls, no torch.device objects:
+    # the hot path of the launcher); anything else compares whole devices.
+    # get_device() alone would not do: it is -1 for the CPU and for every other
+    # non-indexed device (meta, ...).
+    same_device="(({x}.is_cuda and {y}.is_cuda and {x}.get_device() == {y}.get_device()) or {x}.device == {y}.device)",
     writable="writable({x})",
     dtype_object=lambda name: getattr(torch, name),
     namespace={"Tensor": torch.Tensor, "writable": writable},

@@ -23,6 +23,9 @@ any lane count and the lane count is a pure speed choice, from shapes only:
 
 from __future__ import annotations
 
+import functools
+from typing import NamedTuple
+
 import torch
 
 from shared_spec.reference import longest_window
@@ -61,32 +64,69 @@ def interpreted() -> bool:
 
 def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch.Tensor, pool_out: torch.Tensor) -> None:
     """Enqueue the kernel; see the module docstring."""
-    bs = req_pool_indices.shape[0]
     n_rows, width = pool_out.shape
-    n_tokens = flat_in.shape[0]
-    if bs == 0 or n_tokens == 0 or n_rows == 0 or width == 0:
-        return
-    module = _module or kernel_module()
-    shape = launch_shape(bs, width, n_tokens)
-    block, warps, target, stream = shape
-    lanes = min(-(-longest_window(width, n_tokens) // block), -(-target // bs))
     stride_row, stride_col = pool_out.stride()
-    flat_stride = flat_in.stride(0)
-    wide = width * max(stride_col, flat_stride, 1) >= 2**31 or width + lanes * block >= 2**31
-    ints = (n_tokens, n_rows, width, flat_stride, offsets.stride(0), req_pool_indices.stride(0), stride_row, stride_col)
     device = pool_out.get_device()  # -1 on the CPU (the interpreter)
-    key = (device, shape, wide)
-    if device >= 0 and _fast.launch(key, bs, lanes, flat_in, offsets, req_pool_indices, pool_out, ints, (block, wide, stream)):
+    key = (
+        req_pool_indices.shape[0], flat_in.shape[0], n_rows, width, stride_row, stride_col,
+        flat_in.stride(0), offsets.stride(0), req_pool_indices.stride(0), device,
+    )
+    plan = _plans.get(key) or _plan(key)
+    if plan is _NOTHING:
         return
-    args = (flat_in, offsets, req_pool_indices, pool_out, *ints)
-    meta = dict(BLOCK=block, WIDE=wide, STREAM=stream, num_warps=warps)
+    compiled = _fast.compiled.get(plan.variant)
+    if compiled is not None:
+        pointers = (flat_in.data_ptr(), offsets.data_ptr(), req_pool_indices.data_ptr(), pool_out.data_ptr())
+        if _fast.launch(compiled, plan, pointers, device):
+            return
+    module = _module or kernel_module()
+    args = (flat_in, offsets, req_pool_indices, pool_out, *plan.ints)
+    block, warps, _, stream = plan.shape
+    meta = dict(BLOCK=block, WIDE=plan.wide, STREAM=stream, num_warps=warps)
     if device < 0 or device == torch.cuda.current_device():
-        compiled = module.scatter_req_token_ids_kernel[(bs, lanes)](*args, **meta)
+        compiled = module.scatter_req_token_ids_kernel[plan.grid](*args, **meta)
     else:  # Triton launches on the current device: make it pool_out's
         with torch.cuda.device(device):
-            compiled = module.scatter_req_token_ids_kernel[(bs, lanes)](*args, **meta)
+            compiled = module.scatter_req_token_ids_kernel[plan.grid](*args, **meta)
     if device >= 0:
-        _fast.remember(key, compiled, flat_in, offsets, req_pool_indices, pool_out, ints)
+        pointers = (flat_in.data_ptr(), offsets.data_ptr(), req_pool_indices.data_ptr(), pool_out.data_ptr())
+        _fast.remember(compiled, plan, pointers)
+
+
+class _Plan(NamedTuple):
+    """Everything about one launch that follows from shapes and strides alone."""
+
+    grid: tuple[int, int]
+    ints: tuple[int, ...]  # the kernel's integer arguments, in order
+    shape: tuple[int, int, int, bool]  # (BLOCK, num_warps, TARGET_PROGRAMS, STREAM)
+    wide: bool
+    constexprs: tuple  # BLOCK, WIDE, STREAM: appended to the launcher's arguments
+    variant: tuple  # (device, shape, wide): one compiled kernel each
+    small_ints: bool  # every int fits int32 (the fast path's specialization)
+
+
+_NOTHING = _Plan((0, 0), (), (0, 0, 0, False), False, (), (), False)  # bs, N, R or C is 0
+# Plans by (bs, N, R, C, strides..., device). Serving steps repeat a few shapes;
+# the cache is dropped whole past PLAN_CACHE entries so it cannot grow without bound.
+_plans: dict[tuple, _Plan] = {}
+PLAN_CACHE = 4096
+
+
+def _plan(key: tuple) -> _Plan:
+    bs, n_tokens, n_rows, width, stride_row, stride_col, flat_stride, offsets_stride, rows_stride, device = key
+    if bs == 0 or n_tokens == 0 or n_rows == 0 or width == 0:
+        plan = _NOTHING
+    else:
+        shape = launch_shape(bs, width, n_tokens)
+        block, _, target, stream = shape
+        lanes = min(-(-longest_window(width, n_tokens) // block), -(-target // bs))
+        wide = width * max(stride_col, flat_stride, 1) >= 2**31 or width + lanes * block >= 2**31
+        ints = (n_tokens, n_rows, width, flat_stride, offsets_stride, rows_stride, stride_row, stride_col)
+        plan = _Plan((bs, lanes), ints, shape, wide, (block, wide, stream), (device, shape, wide), max(ints) < 2**31)
+    if len(_plans) >= PLAN_CACHE:
+        _plans.clear()
+    _plans[key] = plan
+    return plan
 
 
 class _FastLaunch:
@@ -103,37 +143,31 @@ class _FastLaunch:
     i32 when it fits, i64 otherwise) and each pointer on its 16-byte alignment.
     The fast path runs only when every integer fits in int32 and every pointer is
     16-byte aligned -- one specialization per (device, launch shape), compiled by
-    the generic path the first time it occurs and remembered -- and when no
-    Triton launch hook (a profiler) is installed. Anything else takes the generic path.
+    the generic path the first time it occurs and remembered -- on the current
+    device, and when no Triton launch hook (a profiler) is installed. Anything
+    else takes the generic path.
     """
 
     def __init__(self):
         self.compiled: dict[tuple, object] = {}
         self.disabled = False
 
-    @staticmethod
-    def _common(pointers, ints) -> bool:
-        return not (pointers[0] | pointers[1] | pointers[2] | pointers[3]) & 15 and max(ints) < 2**31
+    def remember(self, compiled, plan: _Plan, pointers) -> None:
+        aligned = not (pointers[0] | pointers[1] | pointers[2] | pointers[3]) & 15
+        if compiled is not None and not self.disabled and plan.small_ints and aligned and _hooks_idle():
+            self.compiled[plan.variant] = compiled
 
-    def remember(self, key, compiled, flat_in, offsets, rows, pool, ints) -> None:
-        pointers = (flat_in.data_ptr(), offsets.data_ptr(), rows.data_ptr(), pool.data_ptr())
-        if compiled is not None and not self.disabled and self._common(pointers, ints) and _hooks_idle():
-            self.compiled[key] = compiled
-
-    def launch(self, key, bs, lanes, flat_in, offsets, rows, pool, ints, constexprs) -> bool:
+    def launch(self, compiled, plan: _Plan, pointers, device: int) -> bool:
         """Launch and return True, or return False for the generic path to launch."""
-        compiled = self.compiled.get(key)
-        if compiled is None:
+        if (pointers[0] | pointers[1] | pointers[2] | pointers[3]) & 15 or not plan.small_ints or not _hooks_idle():
             return False
-        pointers = (flat_in.data_ptr(), offsets.data_ptr(), rows.data_ptr(), pool.data_ptr())
-        if not self._common(pointers, ints) or not _hooks_idle():
+        if _several_devices() and device != torch.cuda.current_device():
             return False
-        if key[0] != _current_device():
-            return False
+        grid0, grid1 = plan.grid
         try:
             compiled.run(
-                bs, lanes, 1, _raw_stream(key[0]), compiled.function, compiled.packed_metadata,
-                None, None, None, *pointers, *ints, *constexprs,
+                grid0, grid1, 1, _raw_stream(device), compiled.function, compiled.packed_metadata,
+                None, None, None, *pointers, *plan.ints, *plan.constexprs,
             )
         except (TypeError, AttributeError):  # a Triton whose launcher differs: never try again
             self.disabled = True
@@ -142,21 +176,27 @@ class _FastLaunch:
         return True
 
 
+_runtime_knobs = None  # triton.knobs.runtime (Triton >= 3.4), looked up once
+
+
 def _hooks_idle() -> bool:
     """True when no Triton launch hook is installed (profilers install them)."""
-    return all(h is None or not getattr(h, "calls", True) for h in _launch_hooks())
+    global _runtime_knobs
+    if _runtime_knobs is None:
+        import triton  # imported already: the kernel module was defined before any launch
+
+        knobs = getattr(triton, "knobs", None)
+        _runtime_knobs = knobs.runtime if knobs is not None else triton.compiler.CompiledKernel
+    enter = getattr(_runtime_knobs, "launch_enter_hook", None)
+    exit_ = getattr(_runtime_knobs, "launch_exit_hook", None)
+    return (enter is None or not getattr(enter, "calls", True)) and (exit_ is None or not getattr(exit_, "calls", True))
 
 
-def _launch_hooks() -> tuple:
-    import triton  # imported already: the kernel module was defined before any launch
-
-    knobs = getattr(triton, "knobs", None)
-    if knobs is not None:
-        return knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-    return (getattr(triton.compiler.CompiledKernel, "launch_enter_hook", None),)
+@functools.cache
+def _several_devices() -> bool:
+    return torch.cuda.device_count() > 1
 
 
-_current_device = torch.cuda.current_device
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
     lambda device: torch.cuda.current_stream(device).cuda_stream
 )
