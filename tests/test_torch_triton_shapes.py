@@ -47,7 +47,7 @@ def test_launch_shapes_match_reference(shape, wide):
 
 
 def test_long_rows_take_the_large_shape():
-    width = triton_launch.SMALL_WINDOW + 700
+    width = triton_launch.SMALL_CELLS // 2 + 700
     assert triton_launch.launch_shape(2, width, 2 * width) == triton_launch.LARGE
     rng = np.random.default_rng(7)
     flat_in = rng.integers(-(2**40), 2**40, size=2 * width - 5, dtype=np.int64)
