@@ -25,8 +25,24 @@ def is_jax(x) -> bool:
     return jax is not None and isinstance(x, jax.Array)
 
 
-def to_jax(x):
-    """``x`` as a ``jax.Array`` over the same memory (``x`` itself if it is one)."""
+def to_jax(x, *, copy_ok: bool = False):
+    """``x`` as a ``jax.Array`` over the same memory (``x`` itself if it is one).
+
+    ``copy_ok=True``: a torch tensor that cannot cross without a copy (strided,
+    or not aligned as JAX wants) is cloned into a fresh contiguous tensor first
+    and that crosses; casts are refused either way.
+    """
+    try:
+        return _to_jax(x)
+    except errors.KvCanaryValueError:
+        if not (copy_ok and is_torch(x)):
+            raise
+        import torch
+
+        return _to_jax(x.clone(memory_format=torch.contiguous_format))
+
+
+def _to_jax(x):
     import jax
 
     if isinstance(x, jax.Array):

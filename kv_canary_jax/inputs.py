@@ -6,10 +6,10 @@ Contract:
   ``Adopted.view`` is what ``shared_spec.checks`` needs (an ``ArrayView`` or
   ``NotAnArray``); ``Adopted.value`` is the array to compute with later (None
   for non-arrays). It never copies or converts data, so a call that fails its
-  checks moves nothing. A bridge for other array types (torch tensors through
-  DLPack, ``kv_canary/bridge.py``) extends this function.
+  checks moves nothing.
 - ``materialize(value, device) -> jax.Array``: ``value`` as a JAX array; host
-  data goes to ``device`` (None: JAX's default device).
+  data goes to ``device`` (None: JAX's default device); a torch tensor crosses
+  through ``kv_canary.bridge.to_jax``, zero-copy on its own device.
 
 What is an array:
 
@@ -24,6 +24,10 @@ What is an array:
   ``errors.X64_NOTE``. Never "must be int64, got int64", never a silent
   truncation of token ids. Its device is None: host data has no accelerator to
   disagree with; it is copied to where the computation runs (pool_out's device).
+- a ``torch.Tensor`` (outside ``jit``): described as the torch frontend
+  describes it (``kv_canary_torch.checks.describe``), so both frontends raise
+  the same error for the same tensor; it then crosses through DLPack, which
+  refuses (never silently casts) an int64 tensor while x64 is off.
 - anything else (lists, tuples, scalars, None, numpy scalars):
   ``NotAnArray(type(x).__name__)``.
 """
@@ -37,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kv_canary import bridge
 from kv_canary_jax import platforms
 from shared_spec.checks import ArrayView, NotAnArray
 
@@ -68,6 +73,10 @@ def adopt(x) -> Adopted:
         return Adopted(ArrayView(tuple(x.shape), np.dtype(x.dtype).name, name), x)
     if isinstance(x, np.ndarray):
         return Adopted(ArrayView(tuple(x.shape), jax_dtype_name(x.dtype), None), x)
+    if bridge.is_torch(x):
+        from kv_canary_torch.checks import describe
+
+        return Adopted(describe(x), x)
     return Adopted(NotAnArray(type(x).__name__), None)
 
 
@@ -75,6 +84,8 @@ def materialize(value, device=None) -> jax.Array:
     """A JAX array for ``value``; host data is put on ``device`` (JAX's default when None)."""
     if isinstance(value, jax.Array):
         return value
+    if bridge.is_torch(value):
+        return bridge.to_jax(value)
     if device is None:
         return jnp.asarray(value)
     return jax.device_put(value, device)

@@ -14,6 +14,10 @@ data.
   variable when a kernel is defined, so the kernel module is imported lazily,
   at the first Triton use).
 - ``"torch"``: any device torch runs on.
+- ``"pallas"``: the JAX frontend's Pallas kernel on these tensors, moved
+  through DLPack (``pallas_backend``): CUDA tensors run the compiled kernel,
+  CPU tensors Pallas' interpreter. Needs jax with x64 enabled, which can change
+  at run time, so that answer is never cached.
 
 Answers are cached per ``(backend, device type)``; under ``torch.compile`` the
 cache lookup is a constant dict read that Dynamo traces, and ``_triton_reason``
@@ -28,10 +32,11 @@ import torch
 
 from shared_spec import errors
 
-BACKENDS: tuple[str, ...] = ("auto", "triton", "torch")
-TRITON, TORCH = "triton", "torch"
+BACKENDS: tuple[str, ...] = ("auto", "triton", "torch", "pallas")
+TRITON, TORCH, PALLAS = "triton", "torch", "pallas"
 
 _HAVE_TRITON = importlib.util.find_spec("triton") is not None
+_HAVE_JAX = importlib.util.find_spec("jax") is not None
 
 # (backend, device type) -> implementation name, or the reason it cannot run.
 _resolved: dict[tuple[str, str], tuple[str | None, str | None]] = {}
@@ -61,10 +66,24 @@ def _resolve_uncached(backend: str, device_type: str) -> tuple[str | None, str |
     return (TRITON, None) if device_type == "cuda" and _HAVE_TRITON else (TORCH, None)
 
 
+def _pallas_reason() -> str | None:
+    """Why the Pallas kernel cannot run on torch tensors here (None: it can)."""
+    if not _HAVE_JAX:
+        return errors.PALLAS_NEEDS_JAX
+    import jax
+
+    return None if jax.config.jax_enable_x64 else errors.PALLAS_NEEDS_X64
+
+
 def resolve(backend, pool_out: torch.Tensor) -> str:
     """The implementation to run for ``backend`` on ``pool_out``'s device, or raise."""
     if backend not in BACKENDS:  # tuple membership: safe for unhashable values
         raise errors.choice_error("backend", backend, BACKENDS)
+    if backend == PALLAS:
+        reason = _pallas_reason()
+        if reason is not None:
+            raise errors.unavailable_error("backend", backend, reason)
+        return PALLAS
     key = (backend, "cuda" if pool_out.is_cuda else pool_out.device.type)
     found = _resolved.get(key)
     if found is None:

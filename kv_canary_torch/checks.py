@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import torch
 
+from kv_canary import bridge
+from kv_canary_torch import foreign
 from shared_spec import errors
 from shared_spec.arguments import ARGUMENT_NAMES, OUTPUT
 from shared_spec.checks import ArrayView, Dialect, NotAnArray, cells_overlap, compile_fast_check, raise_first_error
@@ -84,16 +86,29 @@ def describe(value, *, written: bool = False) -> ArrayView | NotAnArray:
     )
 
 
-def raise_argument_error(flat_in, offsets, req_pool_indices, pool_out) -> None:
-    """The slow path: describe the arguments and raise the spec's first error."""
+def adopt_arguments(flat_in, offsets, req_pool_indices, pool_out) -> tuple[torch.Tensor, ...]:
+    """The slow path: raise the spec's first error, or return the arguments as torch tensors.
+
+    Reached when ``fast_check`` is False: either a check fails (raised here with
+    the spec's message), or some argument is another framework's array (a JAX
+    array, a numpy array), described by ``foreign.describe`` and, once every
+    check passes, imported zero-copy through ``kv_canary.bridge.to_torch``. A
+    JAX ``pool_out`` fails the writable check: JAX arrays are immutable.
+    """
     values = (flat_in, offsets, req_pool_indices, pool_out)
-    views = {name: describe(value, written=name == OUTPUT) for name, value in zip(ARGUMENT_NAMES, values)}
+    views = {}
+    for name, value in zip(ARGUMENT_NAMES, values):
+        written = name == OUTPUT
+        views[name] = describe(value, written=written) if isinstance(value, torch.Tensor) else foreign.describe(value, written=written)
     raise_first_error(views)
-    # fast_check and first_error disagree: a bug in this module, never silently ignored.
-    raise AssertionError(f"kv-canary: fast_check rejected arguments that first_error accepts: {views}")
+    if all(isinstance(value, torch.Tensor) for value in values):
+        # fast_check and first_error disagree: a bug in this module, never silently ignored.
+        raise AssertionError(f"kv-canary: fast_check rejected arguments that first_error accepts: {views}")
+    return tuple(bridge.to_torch(value) for value in values)
 
 
-def check_arguments(flat_in, offsets, req_pool_indices, pool_out) -> None:
-    """Raise the spec's first argument error, or return None when all checks pass."""
-    if not fast_check(flat_in, offsets, req_pool_indices, pool_out):
-        raise_argument_error(flat_in, offsets, req_pool_indices, pool_out)
+def check_arguments(flat_in, offsets, req_pool_indices, pool_out) -> tuple[torch.Tensor, ...]:
+    """The arguments as torch tensors when every check passes; else the spec's first error."""
+    if fast_check(flat_in, offsets, req_pool_indices, pool_out):
+        return flat_in, offsets, req_pool_indices, pool_out
+    return adopt_arguments(flat_in, offsets, req_pool_indices, pool_out)

@@ -1,7 +1,7 @@
 """``shared_spec.conformance.Runner``s for the torch frontend: one per backend.
 
-Contract: ``runners()`` returns a runner for ``backend="triton"`` and one for
-``backend="torch"``. Each computes on ``cuda:0`` when torch sees a GPU (so the
+Contract: ``runners()`` returns a runner for ``backend="triton"``,
+``backend="torch"`` and ``backend="pallas"``. Each computes on ``cuda:0`` when torch sees a GPU (so the
 device-mismatch cases apply) and on the CPU otherwise, writes ``pool_out`` in
 place, and sets ``unavailable`` (with the launcher's own reason) where its
 backend cannot run here -- Triton on a CPU-only machine without
@@ -49,7 +49,10 @@ class TorchRunner(Runner):
         return args["pool_out"]
 
     def numpy(self, native: torch.Tensor) -> np.ndarray:
-        return native.detach().cpu().numpy()
+        native = native.detach().cpu()
+        if native.dtype == torch.bfloat16:  # numpy has no bfloat16; float32 holds every value
+            native = native.float()
+        return native.numpy()
 
     def column_slice(self, parent: torch.Tensor, start: int, width: int) -> torch.Tensor:
         return parent[:, start : start + width]
@@ -59,5 +62,5 @@ class TorchRunner(Runner):
 
 
 def runners() -> list[Runner]:
-    """One runner per torch backend: Triton, then vectorized torch."""
-    return [TorchRunner(backends.TRITON), TorchRunner(backends.TORCH)]
+    """One runner per torch backend: Triton, vectorized torch, and the Pallas kernel through DLPack."""
+    return [TorchRunner(backends.TRITON), TorchRunner(backends.TORCH), TorchRunner(backends.PALLAS)]

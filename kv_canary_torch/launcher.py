@@ -3,7 +3,9 @@
 Contract: keyword-only arguments, ``pool_out`` written in place, returns None.
 Errors are raised before anything is written, in this order:
 
-1. the argument checks (``checks``: the spec's order and messages);
+1. the argument checks (``checks``: the spec's order and messages); JAX and
+   numpy arrays are accepted through DLPack (``foreign``, ``kv_canary.bridge``),
+   except as ``pool_out`` for JAX (immutable);
 2. the backend (``backends.resolve``: unknown name, or not runnable here);
 3. the checked mode's value rules when ``check_values=True`` (a host copy of
    ``offsets`` and ``req_pool_indices``: a sync on CUDA).
@@ -19,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from kv_canary_torch import backends, op
-from kv_canary_torch.checks import fast_check, raise_argument_error
+from kv_canary_torch.checks import adopt_arguments, fast_check
 
 _is_compiling = torch.compiler.is_compiling
 _run = op.run
@@ -41,11 +43,13 @@ def launch_scatter_req_token_ids_kernel(
     for ``j < min(offsets[r+1] - offsets[r], C)``, skipping rows outside the
     pool and tokens outside ``flat_in`` (full semantics: ``shared_spec.reference``).
     ``backend``: ``"auto"`` (Triton for CUDA tensors, torch otherwise),
-    ``"triton"`` or ``"torch"``. ``check_values=True`` also enforces the value
+    ``"triton"``, ``"torch"``, or ``"pallas"`` (the JAX frontend's kernel on these
+    tensors, for conformance). ``check_values=True`` also enforces the value
     rules of ``shared_spec.values`` (one host sync).
     """
     if not fast_check(flat_in, offsets, req_pool_indices, pool_out):
-        raise_argument_error(flat_in, offsets, req_pool_indices, pool_out)
+        # A failing check raises here; another framework's arrays come back as tensors.
+        flat_in, offsets, req_pool_indices, pool_out = adopt_arguments(flat_in, offsets, req_pool_indices, pool_out)
     implementation = _resolve(backend, pool_out)
     if _is_compiling():
         torch.ops.kv_canary.scatter_req_token_ids(

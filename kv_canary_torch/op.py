@@ -2,8 +2,8 @@
 
 Contract: ``run(flat_in, offsets, req_pool_indices, pool_out, check_values,
 implementation)`` runs the checked mode when asked (which raises before
-anything is written) and then the named implementation (``"triton"`` or
-``"torch"``, already resolved by ``backends.resolve``), writing ``pool_out``
+anything is written) and then the named implementation (``"triton"``,
+``"torch"`` or ``"pallas"``, already resolved by ``backends.resolve``), writing ``pool_out``
 in place. The argument checks have passed.
 
 ``scatter_req_token_ids`` is the same function registered as the custom op
@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import torch
 
-from kv_canary_torch import torch_backend, triton_launch
+from kv_canary_torch import pallas_backend, torch_backend, triton_launch
 from kv_canary_torch.values import check_values as _check_values
 
 OP_QUALNAME = "kv_canary::scatter_req_token_ids"
 
 # implementation name -> function(flat_in, offsets, req_pool_indices, pool_out)
-IMPLEMENTATIONS = {"triton": triton_launch.launch, "torch": torch_backend.scatter}
+IMPLEMENTATIONS = {"triton": triton_launch.launch, "torch": torch_backend.scatter, "pallas": pallas_backend.scatter}
 
 
 def run(flat_in, offsets, req_pool_indices, pool_out, check_values: bool, implementation: str) -> None:

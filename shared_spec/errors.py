@@ -58,6 +58,12 @@ BRIDGE_X64 = "kv-canary: cannot move an int64 array into JAX while jax_enable_x6
 BRIDGE_REFUSED = "kv-canary: cannot move a {source} array of shape {shape}, dtype {dtype} into {target} without a copy: {reason}"
 BRIDGE_COPIED = "the imported array does not share the source's memory"
 BRIDGE_UNKNOWN = "kv-canary: cannot move a {type_name} into {target}: it is neither a torch tensor nor a JAX array nor exports DLPack"
+# Reasons for CHOICE_UNAVAILABLE (backend="pallas" of the torch frontend: the JAX kernel on torch memory).
+PALLAS_NEEDS_JAX = "jax is not installed; install jax (and jaxlib) or pass another backend"
+PALLAS_NEEDS_X64 = (
+    "JAX holds int64 arrays only with x64 enabled (jax.config.update('jax_enable_x64', True)); "
+    "the library never changes it"
+)
 
 
 def type_error(template: str, **fields) -> KvCanaryTypeError:
@@ -108,3 +114,39 @@ def none_available_error(option: str, reasons) -> KvCanaryValueError:
         names=", ".join(repr(name) for name in reasons),
         reasons="; ".join(f"{name!r}: {reason}" for name, reason in reasons.items()),
     )
+
+# sharded JAX pools (kv_canary_jax/sharded.py: pool_out split by rows over a mesh axis)
+# mesh= is not a mesh.
+SHARDED_NOT_A_MESH = PREFIX + " mesh must be a jax.sharding.Mesh, got {type_name}"
+# axis= names no axis of the mesh (or is not a name, or a tuple of names).
+SHARDED_UNKNOWN_AXIS = PREFIX + " axis {axis!r} is not an axis of the mesh; its axes are {axes}"
+# mesh= or axis= left out, and pool_out does not say how its rows are split; {reason} is one of SHARDED_LAYOUT_*.
+SHARDED_LAYOUT_UNKNOWN = (
+    PREFIX + " cannot tell which mesh axis splits pool_out's rows: {reason}; "
+    "pass mesh= and axis=, or shard pool_out as NamedSharding(mesh, P(axis, None))"
+)
+SHARDED_LAYOUT_TRACED = "a pool traced under jax.jit carries its sharding only in JAX's explicit sharding mode"
+SHARDED_LAYOUT_HOST = "it is a {type_name}, on no device"
+SHARDED_LAYOUT_SHARDING = "its sharding {sharding} does not split the rows alone over a mesh axis"
+# The rows do not divide among the devices of the axis (shard_map needs equal blocks).
+SHARDED_UNEVEN = (
+    PREFIX + " pool_out has {rows} rows, which the {devices} devices of mesh axis {axis!r} cannot split evenly; "
+    "give the pool a multiple of {devices} rows"
+)
+
+# Mosaic GPU
+# Reasons for CHOICE_UNAVAILABLE / NONE_AVAILABLE (implementation="mosaic", kv_canary_jax/pallas_mosaic_gpu.py).
+# jax.experimental.pallas.mosaic_gpu does not import; {error} is the exception, "ClassName: message".
+MOSAIC_NOT_IMPORTABLE = (
+    "the Mosaic GPU kernel needs jax.experimental.pallas.mosaic_gpu, which does not import here ({error}); "
+    "install absl-py, or a JAX that has it, or pass implementation='pallas' or 'xla'"
+)
+MOSAIC_NEEDS_GPU = (
+    "the Mosaic GPU kernel needs a CUDA GPU of compute capability 9.0 or newer (Hopper on); "
+    "pass interpret=True to run it in the Pallas interpreter, or implementation='pallas' or 'xla'"
+)
+# {capability} is "major.minor", e.g. "8.0".
+MOSAIC_NEEDS_HOPPER = (
+    "the Mosaic GPU kernel needs a CUDA GPU of compute capability 9.0 or newer (Hopper on), "
+    "but this GPU's is {capability}; pass implementation='pallas' or 'xla'"
+)
