@@ -61,12 +61,15 @@ def render_table(result) -> str:
     )
     for name, why in result.skipped.items():
         lines.append(f"skipped {name}: {why}")
+    skipped_cases: dict[tuple[str, str], list[str]] = {}
     for name, results in result.rows.items():
         for r in results:
             if r.status == "fail":
                 lines.append(f"FAIL {name} {r.case}: {r.detail}")
             elif r.status == "skip":
-                lines.append(f"skip {name} {r.case}: {r.detail}")
+                skipped_cases.setdefault((r.case, r.detail), []).append(name)
+    for (case, why), names in skipped_cases.items():
+        lines.append(f"case {case} skipped on {', '.join(names)}: {why}")
     for kind, table in (("errors", result.errors_identical), ("pools", result.results_identical)):
         for case, same in table.items():
             if not same:

@@ -3,6 +3,7 @@
 Modules, one purpose each:
 
 - ``api``: the entry point, ``scatter_req_token_ids``.
+- ``sharded``: ``scatter_req_token_ids_sharded``, for a pool split by rows over a mesh axis (``shard_map``).
 - ``arguments``: the spec's argument checks, at trace time.
 - ``inputs``: what counts as an array, and how it becomes a JAX array.
 - ``implementations``: ``implementation=`` resolution per platform.
@@ -18,5 +19,12 @@ The library never changes ``jax_enable_x64``; int64 arguments need it enabled.
 from kv_canary_jax.api import scatter_req_token_ids
 from kv_canary_jax.checked import error_from_checkify
 from kv_canary_jax.implementations import IMPLEMENTATIONS, available_implementations
+from kv_canary_jax.sharded import scatter_req_token_ids_sharded
 
-__all__ = ["IMPLEMENTATIONS", "available_implementations", "error_from_checkify", "scatter_req_token_ids"]
+__all__ = [
+    "IMPLEMENTATIONS",
+    "available_implementations",
+    "error_from_checkify",
+    "scatter_req_token_ids",
+    "scatter_req_token_ids_sharded",
+]

@@ -41,9 +41,10 @@ constants inside ``jit``) are checked on the host and raise immediately.
 ``jax.vmap`` is supported, over any of the arguments (e.g. one batch written
 into a stack of pools, ``in_axes=(None, None, None, 0)``): the checks see one
 example's shapes, the XLA path batches natively, the Pallas kernel gets a
-batch grid axis from ``pallas_call``'s batching rule. With ``offsets``
-batched, the XLA path's choice between its two formulations (``lax.cond``)
-becomes a select that evaluates both: time, not correctness.
+batch grid axis from ``pallas_call``'s batching rule, the Mosaic GPU kernel
+runs once per example (its own rule: Mosaic GPU lowers no batched grid). With
+``offsets`` batched, the XLA path's choice between its two formulations
+(``lax.cond``) becomes a select that evaluates both: time, not correctness.
 """
 
 from __future__ import annotations
@@ -68,9 +69,10 @@ def scatter_req_token_ids(
 ) -> jax.Array:
     """Write each request's token ids into its row of ``pool_out``; return the new pool.
 
-    ``implementation``: None (best available), ``"pallas"``, ``"xla"``, or a
-    sequence tried in order. ``interpret``: run the Pallas kernel in the Pallas
-    interpreter (any platform). ``check_values``: enforce the value rules of
+    ``implementation``: None (best available), ``"pallas"``, ``"mosaic"``,
+    ``"xla"``, or a sequence tried in order. ``interpret``: run the Pallas
+    kernels (``"pallas"``, ``"mosaic"``) in the Pallas interpreter (any
+    platform). ``check_values``: enforce the value rules of
     ``shared_spec.values`` (offsets non-decreasing from 0 up to ``len(flat_in)``,
     rows in range and distinct) before writing.
     """
@@ -110,6 +112,11 @@ def _placement(values) -> tuple[object | None, str | None]:
 def _implementation(name: str, interpret: bool):
     if name == implementations.PALLAS:
         return functools.partial(pallas_triton.scatter, interpret=interpret)
+    if name == implementations.MOSAIC:
+        # Imported here: jax.experimental.pallas.mosaic_gpu may not import (implementations says why).
+        from kv_canary_jax import pallas_mosaic_gpu
+
+        return functools.partial(pallas_mosaic_gpu.scatter, interpret=interpret)
     return xla.scatter
 
 

@@ -1,11 +1,15 @@
 """Conformance runners for the JAX frontend: one ``shared_spec.conformance.Runner`` per implementation.
 
-Contract: ``runners() -> list[Runner]`` gives ``jax/xla`` and ``jax/pallas``.
+Contract: ``runners() -> list[Runner]`` gives ``jax/xla``, ``jax/pallas`` and ``jax/mosaic``.
 Arrays are built from ``ArrayData.numpy()`` and ``jax.device_put`` on the
 named device (``"cpu"`` or the accelerator). ``accelerator`` is ``"cuda:0"``
 when JAX sees a CUDA GPU, else None. JAX is functional (``in_place=False``):
 cases that need an in-place frontend are skipped by the harness. The Pallas
-runner runs the real kernel on a GPU and the Pallas interpreter otherwise.
+runner runs the real kernel on a GPU and the Pallas interpreter otherwise; the
+Mosaic GPU runner runs the real kernel on a GPU Mosaic GPU compiles for
+(compute capability 9.0 or newer) and the Pallas interpreter otherwise, and is
+``unavailable`` (with the reason) where ``jax.experimental.pallas.mosaic_gpu``
+does not import.
 The runners never change ``jax_enable_x64``; without it they are marked
 ``unavailable`` (int64 arguments cannot exist).
 """
@@ -62,5 +66,17 @@ class PallasRunner(JaxRunner):
         self.interpret = self.accelerator is None
 
 
+class MosaicRunner(JaxRunner):
+    backend = implementations.MOSAIC
+
+    def __init__(self) -> None:
+        super().__init__()
+        # The real kernel where a GPU can run it (Hopper on); its interpreter everywhere else.
+        platform = platforms.CUDA if self.accelerator is not None else platforms.CPU
+        self.interpret = implementations.unavailable_reason(implementations.MOSAIC, platform, False) is not None
+        if self.unavailable is None:
+            self.unavailable = implementations.unavailable_reason(implementations.MOSAIC, platform, self.interpret)
+
+
 def runners() -> list[Runner]:
-    return [XlaRunner(), PallasRunner()]
+    return [XlaRunner(), PallasRunner(), MosaicRunner()]

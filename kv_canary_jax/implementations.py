@@ -1,4 +1,4 @@
-"""Choosing an implementation: ``implementation=None | "pallas" | "xla" | sequence``.
+"""Choosing an implementation: ``implementation=None | "pallas" | "mosaic" | "xla" | sequence``.
 
 Contract: ``plan(implementation, platform, interpret) -> Plan`` names what
 runs, or raises ``errors.choice_error`` (a name, or a sequence entry, that is
@@ -10,9 +10,20 @@ on JAX's default platform. Neither reads data.
 - ``"xla"``: runs on every platform.
 - ``"pallas"``: the Triton-lowered Pallas kernel, on CUDA GPUs; on any
   platform with ``interpret=True`` (the Pallas interpreter: for tests, slow).
+- ``"mosaic"``: the Mosaic GPU Pallas kernel (``pallas_mosaic_gpu``), on CUDA
+  GPUs of compute capability 9.0 or newer (Hopper on); on any platform with
+  ``interpret=True``. Either way it needs ``jax.experimental.pallas.mosaic_gpu``
+  to import (a JAX that has it, and absl-py); where it does not, "mosaic" is
+  unavailable with the import error as the reason, and never breaks the others.
 - a sequence: the first name that can run.
-- None: ``DEFAULT``, i.e. ``("pallas", "xla")``: the kernel on a CUDA GPU (or
-  everywhere under ``interpret=True``), XLA otherwise.
+- None: ``DEFAULT``: ``("mosaic", "pallas", "xla")`` once ``MOSAIC_IN_DEFAULT``
+  is True, ``("pallas", "xla")`` until then: the fastest kernel that runs on
+  the GPU (or everywhere under ``interpret=True``), XLA otherwise. An older GPU,
+  or a JAX without Mosaic GPU, falls through to the next name.
+
+The compute capability is that of the first CUDA GPU JAX sees
+(``jax.devices("gpu")``: ``jax.devices()[0]`` wherever a GPU is the default
+device); machines that mix GPU generations are not told apart.
 
 ``platform`` is where the computation runs when the arrays say so (a concrete
 array's device), or None under tracing, where arrays carry no device. Then the
@@ -29,13 +40,22 @@ argument); platform None is the default branch.
 
 from __future__ import annotations
 
+import functools
+
 from shared_spec import errors
 from kv_canary_jax import platforms
 
-PALLAS, XLA = "pallas", "xla"
-IMPLEMENTATIONS: tuple[str, ...] = (PALLAS, XLA)
-DEFAULT: tuple[str, ...] = (PALLAS, XLA)
+PALLAS, MOSAIC, XLA = "pallas", "mosaic", "xla"
+IMPLEMENTATIONS: tuple[str, ...] = (PALLAS, MOSAIC, XLA)
+# Whether implementation=None tries the Mosaic GPU kernel first. It stays off
+# until the kernel has passed conformance and met the speed bar (device time
+# <= 1.1x the Triton kernel's at every benchmark case of 512K tokens or more)
+# on an H200; flipping it is the whole change.
+MOSAIC_IN_DEFAULT = False
+DEFAULT: tuple[str, ...] = (MOSAIC, PALLAS, XLA) if MOSAIC_IN_DEFAULT else (PALLAS, XLA)
 OPTION = "implementation"
+# The oldest GPU Mosaic GPU compiles for: Hopper (sm_90).
+MOSAIC_MIN_CAPABILITY = (9, 0)
 
 Plan = tuple[tuple[str | None, str], ...]
 
@@ -64,6 +84,46 @@ def unavailable_reason(name: str, platform: str, interpret: bool) -> str | None:
     """Why ``name`` cannot run on ``platform`` (None: it can)."""
     if name == PALLAS and platform != platforms.CUDA and not interpret:
         return errors.PALLAS_NEEDS_GPU
+    if name == MOSAIC:
+        return _mosaic_unavailable_reason(platform, interpret)
+    return None
+
+
+@functools.cache
+def mosaic_import_error() -> str | None:
+    """Why ``jax.experimental.pallas.mosaic_gpu`` cannot be imported here (None: it can)."""
+    try:
+        import jax.experimental.pallas.mosaic_gpu  # noqa: F401
+    except Exception as error:  # ImportError, or a JAX whose Mosaic GPU fails to initialize
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def gpu_capability() -> tuple[int, int] | None:
+    """``(major, minor)`` of the first CUDA GPU JAX sees; None without one (or if it does not say)."""
+    device = platforms.gpu_device()
+    if device is None:
+        return None
+    try:
+        major, minor = str(device.compute_capability).split(".")[:2]
+        return int(major), int(minor)
+    except (AttributeError, ValueError):
+        return None
+
+
+def _mosaic_unavailable_reason(platform: str, interpret: bool) -> str | None:
+    error = mosaic_import_error()
+    if error is not None:
+        return errors.MOSAIC_NOT_IMPORTABLE.format(error=error)
+    if interpret:
+        return None
+    if platform != platforms.CUDA:
+        return errors.MOSAIC_NEEDS_GPU
+    capability = gpu_capability()
+    if capability is None:
+        return errors.MOSAIC_NEEDS_GPU
+    if capability < MOSAIC_MIN_CAPABILITY:
+        return errors.MOSAIC_NEEDS_HOPPER.format(capability="{}.{}".format(*capability))
     return None
 
 

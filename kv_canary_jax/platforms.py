@@ -48,10 +48,15 @@ def platform(device) -> str:
 
 
 def device_name(device) -> str:
-    """Canonical name of one device: ``cpu`` or ``<platform>:<local index>``."""
+    """Canonical name of one device: ``cpu`` or ``<platform>:<local index>``.
+
+    The host is ``cpu``, as torch names it. JAX can split the host into several
+    devices (``--xla_force_host_platform_device_count``); those past the first
+    are ``cpu:1``, ``cpu:2``, ... so that arrays on two of them are told apart.
+    """
     kind = platform(device)
     if kind == CPU:
-        return CPU
+        return CPU if device.id == 0 else f"{CPU}:{device.id}"
     index = getattr(device, "local_hardware_id", None)
     return f"{kind}:{device.id if index is None else index}"
 

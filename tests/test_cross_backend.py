@@ -128,3 +128,22 @@ def test_a_jax_pool_is_refused_by_the_torch_launcher():
         "it is an immutable jax.Array; pass a writable tensor"
     )
     assert jax_runner.numpy(args["pool_out"]).tolist() == [[-5, -6, -7, -8]]
+
+
+def test_the_torch_launcher_takes_numpy_arrays_and_writes_a_numpy_pool_in_place():
+    from kv_canary_torch import launch_scatter_req_token_ids_kernel
+
+    batch = [np.array([5, 6, 7], np.int64), np.array([0, 3], np.int64), np.array([1], np.int64)]
+    pool = np.full((2, 4), -3, np.int32)
+    expected = scatter_reference(*batch, pool)
+    launch_scatter_req_token_ids_kernel(flat_in=batch[0], offsets=batch[1], req_pool_indices=batch[2], pool_out=pool, backend="torch")
+    np.testing.assert_array_equal(pool, expected)
+    frozen = np.full((2, 4), -3, np.int32)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError) as info:
+        launch_scatter_req_token_ids_kernel(flat_in=batch[0], offsets=batch[1], req_pool_indices=batch[2], pool_out=frozen)
+    assert str(info.value) == (
+        "kv-canary: scatter_req_token_ids pool_out cannot be written in place: "
+        "it is an immutable read-only numpy.ndarray; pass a writable tensor"
+    )
+    assert (frozen == -3).all()

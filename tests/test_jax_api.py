@@ -98,7 +98,7 @@ def test_unknown_implementation(implementation, name):
     b = as_jax(*batch())
     with pytest.raises(errors.KvCanaryValueError) as info:
         scatter_req_token_ids(*b, implementation=implementation)
-    assert str(info.value) == f"{P} unknown implementation {name}; expected one of 'pallas', 'xla'"
+    assert str(info.value) == f"{P} unknown implementation {name}; expected one of 'pallas', 'mosaic', 'xla'"
 
 
 @pytest.mark.skipif(not NO_GPU, reason="the kernel can run here")
@@ -134,8 +134,11 @@ def test_sequence_takes_the_first_that_runs():
 
 
 def test_available_implementations():
-    assert kv_canary_jax.available_implementations() == (("xla",) if NO_GPU else ("pallas", "xla"))
-    assert kv_canary_jax.available_implementations(interpret=True) == ("pallas", "xla")
+    hopper = implementations.unavailable_reason("mosaic", "cuda", False) is None
+    on_gpu = ("pallas", "mosaic", "xla") if hopper else ("pallas", "xla")
+    assert kv_canary_jax.available_implementations() == (("xla",) if NO_GPU else on_gpu)
+    interpreted = ("pallas", "xla") if implementations.mosaic_import_error() else ("pallas", "mosaic", "xla")
+    assert kv_canary_jax.available_implementations(interpret=True) == interpreted
 
 
 def test_plans():

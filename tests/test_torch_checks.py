@@ -58,7 +58,7 @@ def assert_raises_untouched(error_class, message, *, check_values=False, backend
 
 @pytest.mark.parametrize(
     "value, type_name",
-    [(np.zeros(5, dtype=np.int64), "ndarray"), (3.5, "float"), ("abc", "str"), (range(5), "range")],
+    [(b"abc", "bytes"), (3.5, "float"), ("abc", "str"), (range(5), "range")],
 )
 def test_non_tensors_are_named_by_type(value, type_name):
     assert_raises_untouched(errors.KvCanaryTypeError, f"{P} flat_in must be an array, got {type_name}", flat_in=value)
@@ -224,7 +224,7 @@ def test_fast_predicate_agrees_with_first_error(args):
 @pytest.mark.parametrize("name", ["cuda", "Triton", "", None, 3, ["torch"]])
 def test_unknown_backends_are_refused(name):
     message = errors.choice_error("backend", name, BACKENDS).args[0]
-    assert message == f"{P} unknown backend {name!r}; expected one of 'auto', 'triton', 'torch'"
+    assert message == f"{P} unknown backend {name!r}; expected one of 'auto', 'triton', 'torch', 'pallas'"
     assert_raises_untouched(errors.KvCanaryValueError, message, backend=name)
 
 
@@ -235,7 +235,7 @@ def test_argument_errors_come_before_backend_errors():
 
 def test_backend_errors_come_before_value_errors():
     bad_offsets = torch.tensor([-1, 2, 5], dtype=torch.int64)
-    message = f"{P} unknown backend 'nope'; expected one of 'auto', 'triton', 'torch'"
+    message = f"{P} unknown backend 'nope'; expected one of 'auto', 'triton', 'torch', 'pallas'"
     assert_raises_untouched(errors.KvCanaryValueError, message, offsets=bad_offsets, check_values=True, backend="nope")
 
 

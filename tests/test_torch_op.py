@@ -101,7 +101,7 @@ def bad_calls():
     P = errors.PREFIX
     return [
         ("dtype", (flat.to(torch.int32), offsets, rows, pool, "torch"), errors.KvCanaryTypeError, f"{P} flat_in must be int64, got int32"),
-        ("backend", (flat, offsets, rows, pool, "nope"), errors.KvCanaryValueError, f"{P} unknown backend 'nope'; expected one of 'auto', 'triton', 'torch'"),
+        ("backend", (flat, offsets, rows, pool, "nope"), errors.KvCanaryValueError, f"{P} unknown backend 'nope'; expected one of 'auto', 'triton', 'torch', 'pallas'"),
         (
             "overlap", (flat, offsets, rows, sentinel(1, 6).expand(4, -1), "torch"), errors.KvCanaryValueError,
             f"{P} pool_out cannot be written in place: strides (0, 1) make several cells share memory",

@@ -1,0 +1,393 @@
+"""The Mosaic GPU kernel (``jax.experimental.pallas.mosaic_gpu``): Hopper and newer; anywhere with ``interpret=True``.
+
+Contract: ``scatter(flat_in, offsets, req_pool_indices, pool_out, *, interpret)``
+takes int64 ``flat_in[N]``, ``offsets[bs+1]``, ``req_pool_indices[bs]`` and an
+int32 ``pool_out[R, C]`` whose checks have passed, and returns the pool with the
+requests' tokens written, exactly as ``shared_spec.reference`` says, for any
+values, repeated rows included. ``pool_out`` is aliased to the output (the
+kernel's pool operand is the output buffer), so under ``jax.jit(...,
+donate_argnums=...)`` the kernel writes the donated buffer in place; without
+donation XLA copies the pool first. When ``bs``, ``N``, ``R`` or ``C`` is 0
+nothing can be written and the pool is returned without a kernel.
+``interpret=True`` runs the same kernel body in the Pallas interpreter
+(``pallas_call(..., interpret=True)``, what ``plgpu.kernel(...,
+interpret=True)`` would run), on any platform: for tests. (Mosaic GPU's own
+interpreter, ``InterpretGPUParams``, is private in JAX 0.10 and there gives
+``program_id`` 0 to every program of a ``pallas_call`` grid; neither
+interpreter runs ``pl.kernel``'s named grid axes or ref operands there.)
+
+No masks. Mosaic GPU has no masked loads or stores: a register array belongs to
+a whole warpgroup (128 threads), a store writes every element of it, so the
+smallest vector store writes ``VEC = 128`` consecutive cells, and the only
+finer store is a scalar one. So the kernel never stores a vector reaching
+outside the request's window: it places fixed-size vector copies *inside* the
+window, overlapping where the window is not a multiple of their size, and
+writes windows shorter than ``VEC`` with scalar copies. Overlapping copies of
+one request write the same value to a cell (``flat_in[base + j]`` to column
+``j``), so their order does not matter. No cell outside a window is ever
+written, not even with its own old value (there is no read-modify-write), so
+requests that name the same row (allowed when unchecked) never undo each
+other's writes: a cell both write holds one of the two values, a cell one of
+them writes holds its value, as the spec says.
+
+The window. Program ``(lane, r)`` loads ``offsets[r]``, ``offsets[r+1]``,
+``req_pool_indices[r]`` and computes, on scalars, ``(base, lo, hi)`` with the
+spec's own ``shared_spec.reference.written_columns``: request ``r`` writes
+exactly the columns ``lo <= j < hi`` of its row, reading ``flat_in[base + j]``,
+and every such ``base + j`` lies in ``[0, N)``. With ``m = hi - lo``, at most
+``longest_window(C, N) = min(C, N)``, and the tile ``T`` (a power of two,
+``VEC <= T <= min(C, N)``, from the shapes alone: ``launch_shape``):
+
+- ``m >= T``: tile ``k < cdiv(m, T)`` copies the ``T`` columns from
+  ``s = lo + min(k * T, m - T)`` (``tile_copy``): tiles ``0, T, 2T, ...`` from
+  ``lo``, the last one moved back to end exactly at ``hi``. ``[s, s + T)`` lies
+  in ``[lo, hi)``: ``min(k * T, m - T) >= 0`` and ``s + T <= lo + m = hi``;
+  the tiles cover ``[lo, hi)``. Lane ``lane`` copies the tiles ``lane,
+  lane + lanes, ...`` (``lane_tiles`` of them, in a loop).
+- ``VEC <= m < T``: lane 0 copies ``P`` columns from ``lo`` and ``P`` columns
+  ending at ``hi``, for the power of two with ``P <= m < 2P``
+  (``short_copies``); the two cover ``[lo, hi)`` since ``2P > m``.
+- ``0 < m < VEC``: lane 0 makes ``2P - 1`` scalar copies (``P <= m < 2P``
+  again), to the columns ``lo + min(i, m - 1)``, ``i < 2P - 1``: each column of
+  the window, the last repeated. Loads run ``SCALAR_BATCH`` ahead of stores, so
+  a short window costs about one memory latency, not ``m``.
+- the row outside ``[0, R)``, or ``m <= 0``: nothing.
+
+Every vector copy is one load of ``flat_in[base + s : base + s + size]`` (in
+``[0, N)``, since ``[s, s + size)`` is inside the window) and one store to
+``pool[row, s : s + size]`` (inside the window, hence inside the row); a scalar
+copy is the same for one column. No access ever leaves its array, so nothing is
+clipped or clamped: not by the GPU, not by the interpreter (which clamps slices
+that reach past an array's end, where the GPU would not). Both run the same
+index arithmetic on the same in-bounds slices.
+
+Layout: a ``ref[pl.ds(...)]`` load or store uses the Lane semantics' default
+strided layout: element ``i`` of a copy lives in thread ``i % 128``. For int64
+that is one 8-byte element per thread per register (``vec_size = 1``), and the
+int32 values keep that layout, so stores are 4-byte stores. No access needs
+more than its element's natural alignment, which matters: neither ``base + s``
+nor ``row * C + s`` has any (``C`` is often odd; sglang's pools are ``context
++ 1`` wide). The GPU build pins that layout (``plgpu.layout_cast`` to
+``WG_STRIDED(vec_size=1)``) rather than trust a default. Each warp instruction
+still moves 32 consecutive elements.
+
+Grid: ``(lanes, bs)`` with ``lanes = min(cdiv(min(C, N), T),
+cdiv(TARGET_PROGRAMS, bs))``. Pallas's Mosaic GPU lowering reverses the grid
+for CUDA, so requests run along CUDA's x axis (up to ``2**31 - 1``) and lanes
+along y (at most ``TARGET_PROGRAMS``, below y's 65535). Like the Triton
+kernels, a pool far wider than the batch's tokens launches programs for the
+tokens (``min(C, N)``), not for the width. No shared memory, no TMA, no
+barriers: a program is three scalar loads, then per tile its loads, then its
+stores; the parallelism is across programs. How the GPU launches it is
+``ENTRY``: ``pl.kernel`` over a ``plgpu.Mesh`` with the pool handed in as a ref
+(``pl.run_state``), or the deprecated ``pl.pallas_call`` with
+``input_output_aliases``; both alias the pool in place and run ``_kernel``.
+
+``jax.vmap``: Mosaic GPU does not lower the batched ``pallas_call`` that
+Pallas's batching rule builds (its grid gains a vmapped axis), so ``scatter``
+carries its own rule (``jax.custom_batching.custom_vmap``): one kernel per
+example, in a ``lax.map``. Correct for any batched arguments; a batch of pools
+costs one launch per pool.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from shared_spec.reference import longest_window, written_columns
+
+# The threads of one warpgroup, which executes a Mosaic GPU kernel in the Lane
+# semantics: the smallest register array a warpgroup loads or stores is one
+# element per thread, so vector copies come in multiples of this and shorter
+# windows use scalar copies.
+VEC = 128
+# The tile (columns one program copies on a long window) is the largest power
+# of two <= min(cap, C, N), the cap by the longest window min(C, N), as in the
+# torch Triton launcher's sweep (kv_canary_torch/triton_launch.py; the H200
+# numbers decide the final values): up to SMALL_WINDOW columns, SMALL_TILE = 4
+# int64 per thread (short rows are latency-bound: more, smaller programs);
+# beyond, LARGE_TILE = 16 independent 8-byte loads per thread before the first
+# store, enough bytes in flight per program that a few resident programs per SM
+# keep HBM busy, while the overlapping last tile re-writes at most T - 1 columns.
+SMALL_WINDOW = 4096
+SMALL_TILE = 512
+LARGE_TILE = 2048
+# Scalar copies (windows shorter than VEC) load this many tokens, then store the
+# previous batch: one batch ahead keeps a memory latency per window, not per
+# batch, while bounding the registers the scalar path holds (each copy is
+# executed by all 128 threads; the kernel's register count, hence its
+# occupancy, is that of its largest path).
+SCALAR_BATCH = 8
+# Programs per launch the lanes aim at, as in the torch Triton launcher: each
+# request gets min(cdiv(min(C, N), T), cdiv(TARGET_PROGRAMS, bs)) lanes that
+# stride through its tiles, so a long request alone still spreads over the
+# GPU while a big batch launches one lane per request (no programs that only
+# find their tile past the window's end). It also keeps the lanes, on CUDA's
+# y axis, far below that axis' limit of 65535.
+TARGET_PROGRAMS = 4096
+# How the GPU launches the kernel: "kernel" is ``pl.kernel`` over a
+# ``plgpu.Mesh`` with the pool as a ref (``pl.run_state``), which pl.kernel
+# aliases in and out (written in place): the entry point Mosaic GPU keeps.
+# "pallas_call" is ``pl.pallas_call`` with ``input_output_aliases``, which JAX
+# 0.10 deprecates for Mosaic GPU ("Support for that will be removed in a future
+# JAX version"). Both run the same ``_kernel`` body on the same grid. The
+# interpreter always takes "pallas_call": JAX 0.10's interpreters
+# run neither pl.kernel's grid axes nor its ref operands. Where this JAX lacks
+# pl.kernel, plgpu.Mesh or pl.run_state, "pallas_call" is used.
+ENTRY = "kernel"
+# Column arithmetic is int32 while every column and tile offset stays below this.
+INT32_COLUMNS_BELOW = 2**31
+LANE_AXIS, REQUEST_AXIS = "kv_canary_lane", "kv_canary_request"
+NAME = "kv_canary_scatter_req_token_ids_mosaic"
+
+
+def _pow2_floor(x: int) -> int:
+    return 1 << (x.bit_length() - 1)
+
+
+def launch_shape(bs: int, width: int, n_tokens: int, block: int | None = None) -> tuple[int, int]:
+    """``(tile, lanes)`` on the host, from shapes only (see the module docstring).
+
+    ``block`` overrides the tile cap (a power of two >= ``VEC``; for tuning
+    sweeps). ``tile`` is 0 when no window can reach ``VEC`` columns (``min(C,
+    N) < VEC``): then every write is scalar and one lane per request suffices.
+    """
+    span = longest_window(width, n_tokens)
+    if block is None:
+        block = SMALL_TILE if span <= SMALL_WINDOW else LARGE_TILE
+    cap = min(block, span)
+    tile = _pow2_floor(cap) if cap >= VEC else 0
+    if not tile:
+        return 0, 1
+    return tile, max(1, min(-(-span // tile), -(-TARGET_PROGRAMS // max(bs, 1))))
+
+
+def copy_sizes(width: int, n_tokens: int, tile: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The static copy sizes below ``tile``: vector sizes ``P`` (``VEC <= P < tile``) and scalar classes ``P < VEC``.
+
+    A window of ``m`` columns uses the ``P`` with ``P <= m < 2P``; classes no
+    window can use (``P > min(C, N)``) are left out, so the kernel carries no
+    code that cannot run.
+    """
+    span = longest_window(width, n_tokens)
+    vectors = tuple(p for p in _powers_below(tile) if p >= VEC)
+    scalars = tuple(p for p in _powers_below(VEC) if p <= span)
+    return vectors, scalars
+
+
+def _powers_below(limit: int) -> list[int]:
+    out, p = [], 1
+    while p < limit:
+        out.append(p)
+        p *= 2
+    return out[::-1]
+
+
+def lane_tiles(lo, hi, lane, lanes: int, tile: int, xp=jnp):
+    """How many tiles lane ``lane`` copies: tiles ``k = lane, lane + lanes, ...`` below ``cdiv(m, tile)``; 0 when ``m < tile``."""
+    m = hi - lo
+    ahead = m - lane * tile  # > 0: tile ``lane`` starts inside the window
+    return xp.where((m >= tile) & (ahead > 0), (ahead + lanes * tile - 1) // (lanes * tile), 0)
+
+
+def tile_copy(lo, hi, k, tile: int, xp=jnp):
+    """Tile ``k < cdiv(m, tile)`` of a window ``[lo, hi)`` with ``m >= tile``: ``([start], tile)``.
+
+    ``start = lo + min(k * tile, m - tile)``, so ``lo <= start`` and
+    ``start + tile <= hi``; the tiles cover the window.
+    """
+    m = hi - lo
+    return [lo + xp.minimum(k * tile, m - tile)], tile
+
+
+def short_copies(lo, hi, vectors, scalars, xp=jnp):
+    """The copies of a window shorter than the tile: ``[(when, starts, size)]``, at most one active.
+
+    For the ``P`` with ``P <= m < 2P``: ``size = P >= VEC``, a vector copy of
+    ``P`` columns from ``lo`` and one ending at ``hi``; ``P < VEC``, scalar
+    copies (``size = 1``) of the ``2P - 1`` columns ``lo + min(i, m - 1)``.
+    """
+    m = hi - lo
+    plan = [((m >= p) & (m < 2 * p), [lo, hi - p], p) for p in vectors]
+    plan += [((m >= p) & (m < 2 * p), [lo + xp.minimum(i, m - 1) for i in range(2 * p - 1)], 1) for p in scalars]
+    return plan
+
+
+def _kernel(
+    lane, r, flat_ref, offsets_ref, rows_ref, pool_ref, *,
+    n_tokens: int, n_rows: int, width: int, tile: int, lanes: int, vectors, scalars, pin_layout: bool,
+):
+    """Program ``(lane, r)``: lane ``lane`` of request ``r`` (see the module docstring)."""
+    start = offsets_ref[r]
+    end = offsets_ref[r + 1]
+    row = rows_ref[r]
+    base, lo, hi = written_columns(start, end, width, n_tokens, jnp)
+    # Columns and tile offsets (< C + lanes * tile) in int32 unless the pool is too
+    # wide: fewer registers in the scalar path, whose count the whole kernel gets.
+    col = jnp.int64 if width + (lanes + 1) * max(tile, VEC) >= INT32_COLUMNS_BELOW else jnp.int32
+    lane, lo, hi = lane.astype(col), lo.astype(col), hi.astype(col)
+    live = (row >= 0) & (row < n_rows) & (hi > lo)
+
+    def token(j):
+        """The index into ``flat_in`` of column ``j``: ``base + j``, in ``[0, N)`` for every written column."""
+        return base + j.astype(jnp.int64)
+
+    def element_per_thread(values):
+        """Pins the layout the kernel relies on: one element per thread per register (4- and 8-byte accesses).
+
+        It is the Lane semantics' default for these arrays; pinned so that a
+        JAX whose default moves to wider vectors (which need alignment no
+        window has) keeps it. The interpreter has no layouts (and no rule for
+        the cast): there it is left out.
+        """
+        if not pin_layout:
+            return values
+        return plgpu.layout_cast(values, plgpu.Layout.WG_STRIDED(values.shape, vec_size=1))
+
+    def vector_copy(starts, size: int):
+        """``pool[row, s : s + size] = flat_in[base + s : base + s + size]`` for each start, all loads first."""
+        values = [element_per_thread(flat_ref[pl.ds(token(s), size)]) for s in starts]
+        for s, v in zip(starts, values):
+            # Low 32 bits, two's complement: int64 -> int32 conversion truncates.
+            pool_ref[row, pl.ds(s, size)] = v.astype(jnp.int32)
+
+    def scalar_copy(columns):
+        """``pool[row, j] = flat_in[base + j]`` for each column, loads one batch ahead of stores."""
+        batches = [columns[i : i + SCALAR_BATCH] for i in range(0, len(columns), SCALAR_BATCH)]
+        pending = []
+        for batch in [*batches, []]:
+            loaded = [(j, flat_ref[token(j)]) for j in batch]  # issued before the previous batch's stores
+            for j, v in pending:
+                pool_ref[row, j] = v.astype(jnp.int32)
+            pending = loaded
+
+    if tile:
+        count = jnp.where(live, lane_tiles(lo, hi, lane, lanes, tile), 0)
+
+        def one_tile(i, carry):
+            vector_copy(*tile_copy(lo, hi, lane + i * lanes, tile))
+            return carry
+
+        lax.fori_loop(0, count, one_tile, 0)
+
+    first = lane == 0
+    for when, starts, size in short_copies(lo, hi, vectors, scalars):
+        @pl.when(live & first & when)
+        def _(starts=starts, size=size):
+            if size == 1:
+                scalar_copy(starts)
+            else:
+                vector_copy(starts, size)
+
+
+def compiler_params():
+    """Mosaic GPU's parameters: without the barriers it puts around every store, where the JAX has the switch.
+
+    The barriers order shared-memory accesses between threads; this kernel
+    uses no shared memory, so they would only stall every store.
+    """
+    fields = {f.name for f in dataclasses.fields(plgpu.CompilerParams)}
+    if "unsafe_no_auto_barriers" in fields:
+        return plgpu.CompilerParams(unsafe_no_auto_barriers=True)
+    return plgpu.CompilerParams()
+
+
+def layout_pinnable() -> bool:
+    """Whether this JAX can state a register layout (``plgpu.layout_cast`` to ``Layout.WG_STRIDED``)."""
+    return hasattr(plgpu, "layout_cast") and hasattr(getattr(plgpu, "Layout", None), "WG_STRIDED")
+
+
+def kernel_entry_available() -> bool:
+    """Whether this JAX has ``pl.kernel`` over a ``plgpu.Mesh``, and ``pl.run_state`` to hand it the pool as a ref."""
+    return all(hasattr(m, a) for m, a in ((pl, "kernel"), (pl, "run_state"), (plgpu, "Mesh")))
+
+
+def entry(interpret: bool) -> str:
+    """``"kernel"`` or ``"pallas_call"``: how the kernel is launched (see ``ENTRY``)."""
+    if interpret or ENTRY == "pallas_call" or not kernel_entry_available():
+        return "pallas_call"
+    return "kernel"
+
+
+def _call(flat_in, offsets, req_pool_indices, pool_out, *, interpret: bool, block: int | None, via: str):
+    (n_tokens,), (bs,), (n_rows, width) = flat_in.shape, req_pool_indices.shape, pool_out.shape
+    tile, lanes = launch_shape(bs, width, n_tokens, block)
+    vectors, scalars = copy_sizes(width, n_tokens, tile)
+    kernel = functools.partial(
+        _kernel, n_tokens=n_tokens, n_rows=n_rows, width=width, tile=tile, lanes=lanes,
+        vectors=vectors, scalars=scalars, pin_layout=not interpret and layout_pinnable(),
+    )
+    grid = (lanes, bs)
+    if via == "kernel":
+        def body(flat_ref, offsets_ref, rows_ref, pool_ref):
+            kernel(lax.axis_index(LANE_AXIS), lax.axis_index(REQUEST_AXIS), flat_ref, offsets_ref, rows_ref, pool_ref)
+
+        def write(pool_ref):  # pl.kernel aliases a ref operand in and out: the pool is written in place
+            pl.kernel(
+                body,
+                out_type=(),
+                mesh=plgpu.Mesh(grid=grid, grid_names=(LANE_AXIS, REQUEST_AXIS)),
+                compiler_params=compiler_params(),
+                name=NAME,
+            )(flat_in, offsets, req_pool_indices, pool_ref)
+
+        # run_state keeps the ref inside one primitive that discharges itself (a bare
+        # jax.new_ref inside custom_vmap cannot be discharged when lowering).
+        return pl.run_state(write)(pool_out)
+
+    def body(flat_ref, offsets_ref, rows_ref, pool_in_ref, pool_ref):
+        del pool_in_ref  # the same buffer as pool_ref (input_output_aliases)
+        kernel(pl.program_id(0), pl.program_id(1), flat_ref, offsets_ref, rows_ref, pool_ref)
+
+    gmem = pl.BlockSpec(memory_space=plgpu.GMEM)
+    return pl.pallas_call(
+        body,
+        out_shape=jax.ShapeDtypeStruct(pool_out.shape, pool_out.dtype),
+        grid=grid,
+        in_specs=[gmem] * 4,
+        out_specs=gmem,
+        input_output_aliases={3: 0},
+        interpret=interpret,
+        compiler_params=compiler_params(),
+        name=NAME,
+    )(flat_in, offsets, req_pool_indices, pool_out)
+
+
+def scatter(
+    flat_in, offsets, req_pool_indices, pool_out, *, interpret: bool = False, block: int | None = None
+) -> jax.Array:
+    """The pool with the requests' tokens written (see the module docstring).
+
+    ``block`` (a power of two >= ``VEC``) overrides the tile cap, for tuning
+    sweeps; None picks it from the shapes.
+    """
+    if block is not None and (block < VEC or block & (block - 1)):
+        raise ValueError(f"block must be a power of two >= {VEC}, got {block}")
+    (n_tokens,), (bs,), (n_rows, width) = flat_in.shape, req_pool_indices.shape, pool_out.shape
+    if min(bs, n_tokens, n_rows, width) == 0:
+        return pool_out
+    call = functools.partial(_call, interpret=interpret, block=block, via=entry(interpret))
+
+    @jax.custom_batching.custom_vmap
+    def write(flat_in, offsets, req_pool_indices, pool_out):
+        return call(flat_in, offsets, req_pool_indices, pool_out)
+
+    @write.def_vmap
+    def _write_batched(axis_size, in_batched, *args):
+        batched = [a for a, b in zip(args, in_batched) if b]
+
+        def one(example):
+            example = iter(example)
+            full = [next(example) if b else a for a, b in zip(args, in_batched)]
+            return write(*full)  # itself batchable: nested vmaps nest lax.maps
+
+        return lax.map(one, batched), True
+
+    return write(flat_in, offsets, req_pool_indices, pool_out)

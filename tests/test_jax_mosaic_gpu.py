@@ -1,0 +1,249 @@
+"""The real Mosaic GPU kernel (``implementation="mosaic"``) on a Hopper-or-newer CUDA GPU.
+
+Run on the GPU machine: ``pytest -m gpu tests/test_jax_mosaic_gpu.py``.
+Skipped without a GPU of compute capability 9.0 or newer that JAX sees (or
+without Mosaic GPU). Pools are sentinel-filled, never zeros. Both launch
+entries (``pallas_mosaic_gpu.ENTRY``: ``pl.kernel`` and the deprecated
+``pl.pallas_call``) are exercised where it matters, so one run tells which
+ones this JAX supports.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from jax.experimental import checkify  # noqa: E402
+
+from kv_canary_jax import error_from_checkify, implementations, platforms  # noqa: E402
+from kv_canary_jax.api import scatter_req_token_ids  # noqa: E402
+from shared_spec import scatter_reference  # noqa: E402
+from tests.contract import assert_same_pool  # noqa: E402
+from tests.strategies import batches, large_batch, sentinel_pool  # noqa: E402
+
+GPU = platforms.gpu_device()
+REASON = implementations.unavailable_reason(implementations.MOSAIC, platforms.CUDA, False)
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU is None or REASON is not None, reason=f"cannot run: {REASON}")]
+
+if REASON is None:
+    from kv_canary_jax import pallas_mosaic_gpu as mosaic
+
+    TILE = mosaic.LARGE_TILE
+else:  # pragma: no cover
+    mosaic, TILE = None, 2048
+
+ENTRIES = ["kernel", "pallas_call"]
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+@pytest.fixture(params=ENTRIES)
+def entry(request, monkeypatch):
+    monkeypatch.setattr(mosaic, "ENTRY", request.param)
+    return request.param
+
+
+def on_gpu(*arrays):
+    return [jax.device_put(a, GPU) for a in arrays]
+
+
+def scatter_fn(**kw):
+    def f(flat_in, offsets, rows, pool):
+        return scatter_req_token_ids(flat_in, offsets, rows, pool, implementation="mosaic", **kw)
+
+    return f
+
+
+def check(*batch, jit=True):
+    f = scatter_fn()
+    out = (jax.jit(f) if jit else f)(*on_gpu(*batch))
+    assert_same_pool(np.asarray(out), scatter_reference(*batch))
+
+
+def tokens(n, seed):
+    return np.random.default_rng(seed).integers(INT64_MIN, INT64_MAX, size=n, dtype=np.int64, endpoint=True)
+
+
+def test_it_is_the_mosaic_kernel(entry):
+    args = on_gpu(*large_batch(bs=8, width=300, seed=1))
+    hlo = jax.jit(scatter_fn()).lower(*args).as_text()
+    assert "mosaic_gpu" in hlo and "triton" not in hlo
+    if implementations.MOSAIC_IN_DEFAULT:
+        assert "mosaic_gpu" in jax.jit(lambda *a: scatter_req_token_ids(*a)).lower(*args).as_text()
+
+
+def test_both_entries_agree_with_the_reference(entry):
+    check(*large_batch(bs=300, width=TILE + 5, seed=2))
+    check(*large_batch(bs=40, width=100, seed=3), jit=False)
+
+
+def test_random_batches():
+    @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(batch=batches(max_rows=12, max_width=300, max_bs=16, max_tokens=700))
+    def run(batch):
+        check(*batch)
+
+    run()
+
+
+def test_random_batches_wider_than_a_tile():
+    # Widths past the tile and not multiples of it: several tiles per row, the last one moved back to the row's end.
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(batch=batches(max_rows=6, max_width=3 * TILE + 17, max_bs=8, max_tokens=4 * TILE))
+    def run(batch):
+        check(*batch)
+
+    run()
+
+
+@pytest.mark.parametrize(
+    "bs,width", [(20_000, 9), (3000, 1025), (64, 5 * 2048 - 3), (70_000, 3), (4096, 1), (256, 8193), (2, 200_000)]
+)
+def test_large_batches(bs, width):
+    check(*large_batch(bs=bs, width=width, seed=bs))
+
+
+def test_every_window_length_around_the_copy_sizes():
+    """One request per length 0 .. 2 * LARGE_TILE + 3 on a pool exactly that wide: tiles, short copies, scalars."""
+    width = 2 * TILE + 3
+    lengths = np.arange(width + 1)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    rows = np.random.default_rng(4).permutation(width + 1).astype(np.int64)
+    check(tokens(int(offsets[-1]), 4), offsets, rows, sentinel_pool(width + 1, width, 4))
+
+
+def test_segments_at_the_edges(entry):
+    """Segments ending exactly at flat_in's end, starting below 0 (and below -C), the pool's last rows and columns."""
+    n_rows, width, n_tokens = 7, 2 * TILE + 5, 3 * TILE
+    offsets = np.array([-TILE - 3, 5, n_tokens - width, n_tokens, n_tokens - 1, n_tokens + 9, 2**62], dtype=np.int64)
+    rows = np.array([n_rows - 1, 0, n_rows - 2, 3, 4, n_rows], dtype=np.int64)
+    check(tokens(n_tokens, 5), offsets, rows, sentinel_pool(n_rows, width, 5))
+    offsets = np.array([-width - 1, -width + 3, -50, n_tokens], dtype=np.int64)  # the last: [50, 50 + N) clipped to C
+    check(tokens(n_tokens, 6), offsets, np.array([6, 5, 4], dtype=np.int64), sentinel_pool(n_rows, width, 6))
+
+
+def test_repeated_rows_never_undo_each_other(entry):
+    """Rows repeated (unchecked): cells one request writes hold its value, cells both write one of the two."""
+    width = TILE + 300
+    lengths = [TILE + 200, 5, 130, 7, TILE + 290, 1, 64]
+    rows = np.array([1, 1, 1, 0, 0, 2, 2], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    flat_in, pool = tokens(int(offsets[-1]), 7), sentinel_pool(3, width, 7)
+    got = np.asarray(jax.jit(scatter_fn())(*on_gpu(flat_in, offsets, rows, pool)))
+    for row in range(3):
+        writers = [r for r in range(len(rows)) if rows[r] == row]
+        for j in range(width):
+            values = {int(flat_in[offsets[r] + j].astype(np.int32)) for r in writers if j < lengths[r]}
+            assert int(got[row, j]) in values if values else got[row, j] == pool[row, j], (row, j)
+
+
+def test_pool_far_wider_than_the_batch():
+    """The usual req_to_token pool: context-length rows, few tokens (tiles are launched for the tokens)."""
+    rng = np.random.default_rng(8)
+    bs, n_rows, width = 64, 80, 131_072
+    lengths = rng.integers(0, 300, size=bs)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    flat_in = rng.integers(0, 200_000, size=int(offsets[-1]), dtype=np.int64)
+    rows = rng.permutation(n_rows)[:bs].astype(np.int64)
+    check(flat_in, offsets, rows, sentinel_pool(n_rows, width, 8))
+
+
+def test_bench_cases_match_the_triton_pallas_kernel():
+    """sglang's benchmark inputs (pool width seq + 1: rows misaligned): same pool as the reference and as pallas."""
+    from kv_canary.bench import make_inputs
+
+    for case in [(256, 2048, False), (64, 8192, False), (256, 8192, True), (4096, 512, False), (1, 128, False)]:
+        host = make_inputs(*case)
+        expected = scatter_reference(*host)
+        out = jax.jit(scatter_fn(), donate_argnums=3)(*on_gpu(*host))
+        assert_same_pool(np.asarray(out), expected)
+        if "pallas" in implementations.available_implementations():
+            f = lambda *a: scatter_req_token_ids(*a, implementation="pallas")  # noqa: E731
+            assert_same_pool(np.asarray(jax.jit(f)(*on_gpu(*host))), expected)
+
+
+def test_donation_writes_in_place(entry):
+    batch = large_batch(bs=500, width=300, seed=9)
+    args = on_gpu(*batch)
+    pointer = args[3].unsafe_buffer_pointer()
+    out = jax.jit(scatter_fn(), donate_argnums=3)(*args)
+    assert out.unsafe_buffer_pointer() == pointer
+    assert args[3].is_deleted()
+    assert_same_pool(np.asarray(out), scatter_reference(*batch))
+
+
+def test_donation_in_a_loop(entry):
+    """A serving loop: one pool, donated every step, each step's batch written over the last."""
+    f = jax.jit(scatter_fn(), donate_argnums=3)
+    n_rows, width = 257, 2 * TILE + 700
+    pool_np = sentinel_pool(n_rows, width, 10)
+    pool = jax.device_put(pool_np, GPU)
+    pointer = pool.unsafe_buffer_pointer()
+    rng = np.random.default_rng(10)
+    for step in range(12):
+        bs = int(rng.integers(1, 200))
+        lengths = rng.integers(0, width + 50, size=bs)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        flat_in = tokens(int(offsets[-1]), step)
+        rows = rng.permutation(n_rows)[:bs].astype(np.int64)
+        pool_np = scatter_reference(flat_in, offsets, rows, pool_np)
+        pool = f(*on_gpu(flat_in, offsets, rows), pool)
+        assert pool.unsafe_buffer_pointer() == pointer, step
+    assert_same_pool(np.asarray(pool), pool_np)
+
+
+def test_vmap_over_pools(entry):
+    flat_in, offsets, rows, _ = large_batch(bs=100, width=TILE + 9, seed=11)
+    pools = np.stack([sentinel_pool(101, TILE + 9, seed) for seed in range(3)])
+    f = jax.jit(jax.vmap(scatter_fn(), in_axes=(None, None, None, 0)))
+    out = f(*on_gpu(flat_in, offsets, rows, pools))
+    for i in range(3):
+        assert_same_pool(np.asarray(out[i]), scatter_reference(flat_in, offsets, rows, pools[i]))
+
+
+def test_pool_over_4_gib():
+    """Past 2**32 bytes the addresses need 64 bits: the last rows and columns must land right."""
+    n_rows, width = 1030, 1 << 20  # 1030 * 2**20 * 4 bytes > 2**32
+    pool = jax.device_put(jnp.full((n_rows, width), -7, dtype=jnp.int32), GPU)
+    flat_in = np.arange(1, 3001, dtype=np.int64) * 3
+    offsets = np.array([0, 1000, 2000, 3000], dtype=np.int64)
+    rows = np.array([n_rows - 1, 0, n_rows - 2], dtype=np.int64)
+    flat_far = np.arange(11, 11 + 3000, dtype=np.int64)
+    offsets_far = np.array([3000 - width, 3000], dtype=np.int64)  # tokens land in the last 3000 columns
+    f = jax.jit(scatter_fn(), donate_argnums=3)
+    pool = f(*on_gpu(flat_in, offsets, rows), pool)
+    pool = f(*on_gpu(flat_far, offsets_far, np.array([n_rows - 3], dtype=np.int64)), pool)
+    touched = [n_rows - 1, 0, n_rows - 2, n_rows - 3, 1, n_rows // 2]
+    got = np.asarray(pool[np.array(touched)])
+    small = np.full((len(touched), width), -7, dtype=np.int32)
+    small = scatter_reference(flat_in, offsets, np.array([0, 1, 2], dtype=np.int64), small)
+    small = scatter_reference(flat_far, offsets_far, np.array([3], dtype=np.int64), small)
+    assert_same_pool(got, small)
+
+
+def test_checkify_with_the_real_kernel():
+    flat_in, offsets, rows, pool = large_batch(bs=300, width=TILE + 3, seed=12)
+    jitted = jax.jit(scatter_fn(check_values=True), donate_argnums=3)
+    checked = checkify.checkify(jitted, errors=checkify.user_checks)
+    err, out = checked(*on_gpu(flat_in, offsets, rows, pool))
+    assert err.get() is None
+    assert_same_pool(np.asarray(out), scatter_reference(flat_in, offsets, rows, pool))
+    bad = rows.copy()
+    bad[7] = bad[3]
+    err, out = checked(*on_gpu(flat_in, offsets, bad, pool))
+    assert str(error_from_checkify(err)) == f"kv-canary: scatter_req_token_ids req_pool_indices[7]={bad[3]} repeats req_pool_indices[3]"
+    assert_same_pool(np.asarray(out), pool)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(block=st.sampled_from([128, 256, 512, 1024, 2048, 4096]), seed=st.integers(0, 2**16))
+def test_every_tile_cap_is_exact(block, seed):
+    """The tuning knob (``block``) changes speed only."""
+    batch = large_batch(bs=50, width=int(np.random.default_rng(seed).integers(1, 3 * block)), seed=seed)
+    out = jax.jit(functools.partial(mosaic.scatter, block=block))(*on_gpu(*batch))
+    assert_same_pool(np.asarray(out), scatter_reference(*batch))
