@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import jax
 import pytest
 
 jax = pytest.importorskip("jax")
@@ -267,7 +268,10 @@ def lower_for_cuda(f, *shapes, donate=True):
     return jax.jit(f, donate_argnums=3 if donate else ()).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
 
 
-ENTRIES = ["kernel", "pallas_call"]
+# The deprecated pallas_call entry lowers for Mosaic GPU on JAX 0.10 only: on
+# 0.11.2 (H200, 2026-11-30) its lowering rule is gone (AssertionError in
+# pallas_call.gpu_lowering). The kernel takes it only where pl.kernel is missing.
+ENTRIES = ["kernel"] + (["pallas_call"] if tuple(map(int, jax.__version__.split(".")[:2])) < (0, 11) else [])
 
 
 @pytest.mark.parametrize("entry", ENTRIES)
