@@ -54,7 +54,7 @@ import functools
 import jax
 from jax import lax
 
-from kv_canary_jax import arguments, checked, implementations, inputs, pallas_triton, platforms, xla
+from kv_canary_jax import arguments, checked, implementations, inputs, pallas_triton, platforms, sharded, xla
 
 
 def scatter_req_token_ids(
@@ -76,6 +76,11 @@ def scatter_req_token_ids(
     ``shared_spec.values`` (offsets non-decreasing from 0 up to ``len(flat_in)``,
     rows in range and distinct) before writing.
     """
+    if sharded.row_layout(pool_out) is not None:  # split by rows over several devices: one kernel per device
+        return sharded.scatter_req_token_ids_sharded(
+            flat_in, offsets, req_pool_indices, pool_out,
+            implementation=implementation, interpret=interpret, check_values=check_values,
+        )
     values = arguments.check_arguments(flat_in, offsets, req_pool_indices, pool_out)
     interpret = bool(interpret)
     device, platform = _placement(values)

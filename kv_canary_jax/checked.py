@@ -89,6 +89,9 @@ def error_from_checkify(err) -> errors.KvCanaryValueError | None:
     gives the class and message the eager path raises.
     """
     exc = err.get_exception()
+    per_device = getattr(exc, "error_mapping", None)  # checks through a shard_map come back per device
+    if per_device:
+        exc = per_device[min(per_device)]
     template = getattr(exc, "fmt_string", None)
     if template not in _TEMPLATES:
         return None

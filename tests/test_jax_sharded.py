@@ -52,6 +52,16 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 CASES = load_cases()
 
 
+@pytest.fixture(autouse=True)
+def host_default_device(request):
+    """CPU tests compute on the host devices, also on a GPU machine (jnp.asarray goes there uncommitted)."""
+    if request.node.get_closest_marker("gpu"):
+        yield
+        return
+    with jax.default_device(CPUS[0]):
+        yield
+
+
 def runs_here(case) -> bool:
     return "in_place" not in case.requires and "accelerator" not in case.requires
 
@@ -293,10 +303,6 @@ def test_checkify_under_jit(implementation, interpret):
     assert err.get() == per_device(f"{P_} req_pool_indices[0]=16 is outside [0, 16)", 4)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kv_canary_jax.checked.error_from_checkify does not yet read checkify's per-device (BatchedError) errors",
-)
 def test_error_from_checkify_reads_per_device_errors():
     mesh = mesh_of(4)
     batch = large_batch(bs=15, width=7, seed=42)
@@ -325,7 +331,7 @@ def test_explicit_sharding_mode_reads_the_layout_under_jit():
     axis_type = getattr(jax.sharding, "AxisType", None)
     if axis_type is None:
         pytest.skip("this JAX has no explicit sharding mode")
-    mesh = jax.make_mesh((4,), (AXIS,), axis_types=(axis_type.Explicit,))
+    mesh = jax.make_mesh((4,), (AXIS,), axis_types=(axis_type.Explicit,), devices=CPUS[:4])
     batch = large_batch(bs=11, width=6, seed=44)
     pool = jax.device_put(batch[3], row_sharding(mesh))
     args = [jnp.asarray(a) for a in batch[:3]] + [pool]
@@ -381,6 +387,40 @@ def test_row_layout():
     assert sharded.row_layout(jax.device_put(pool, row_sharding(mesh_of(1)))) is None  # one device: nothing to split
     assert sharded.row_layout(pool) is None
     assert sharded.row_layout(jax.device_put(pool.reshape(-1)[:8], NamedSharding(mesh, P(AXIS)))) is None  # 1-D
+
+
+# Once api.scatter_req_token_ids routes row-sharded pools here (it imports this module), plain calls need no wrapper.
+needs_dispatch = pytest.mark.skipif(
+    not hasattr(kv_canary_jax.api, "sharded"), reason="api.scatter_req_token_ids does not dispatch row-sharded pools yet"
+)
+
+
+@needs_dispatch
+@pytest.mark.parametrize("implementation,interpret", WAYS, ids=WAY_IDS)
+def test_public_call_dispatches_on_a_row_sharded_pool(implementation, interpret):
+    batch = large_batch(bs=15, width=9, seed=47)
+    pool = on_mesh(batch[3], mesh_of(4))
+
+    def call():
+        return scatter_req_token_ids(*batch[:3], pool, implementation=implementation, interpret=interpret)
+
+    assert "shard_map" in str(jax.make_jaxpr(call)())
+    out = call()
+    assert out.sharding.is_equivalent_to(pool.sharding, 2)
+    assert_same_pool(np.asarray(out), scatter_reference(*batch))
+
+
+@needs_dispatch
+def test_public_call_under_jit_in_explicit_sharding_mode():
+    axis_type = getattr(jax.sharding, "AxisType", None)
+    if axis_type is None:
+        pytest.skip("this JAX has no explicit sharding mode")
+    mesh = jax.make_mesh((4,), (AXIS,), axis_types=(axis_type.Explicit,), devices=CPUS[:4])
+    batch = large_batch(bs=15, width=9, seed=48)
+    f = jax.jit(lambda *a: scatter_req_token_ids(*a, implementation="pallas", interpret=True), donate_argnums=3)
+    args = [jnp.asarray(a) for a in batch[:3]] + [jax.device_put(batch[3], row_sharding(mesh))]
+    assert collectives(f.lower(*args).compile().as_text()) == []
+    assert_same_pool(np.asarray(f(*args)), scatter_reference(*batch))
 
 
 # -- errors of the sharded call ----------------------------------------------------------------

@@ -192,6 +192,22 @@ def test_a_second_device_while_the_first_is_current(backend):
 
 @pytest.mark.multidevice
 @needs_two
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_pool_per_device_like_one_rank_per_gpu(backend):
+    """sglang runs one rank per GPU, each with its own pool: per-rank launches on two devices, interleaved."""
+    batches = [large_batch(bs=200, width=40, seed=10 + rank) for rank in range(2)]
+    tensors = [on_gpu(batch, device=f"cuda:{rank}") for rank, batch in enumerate(batches)]
+    for _ in range(3):
+        for rank in (0, 1):
+            with torch.cuda.device(rank):  # each rank's current device, as set_device(rank) would make it
+                launch(*tensors[rank], backend=backend)
+    for rank in (0, 1):
+        torch.cuda.synchronize(rank)
+        np.testing.assert_array_equal(as_numpy(tensors[rank][3]), scatter_reference(*batches[rank]))
+
+
+@pytest.mark.multidevice
+@needs_two
 def test_arguments_on_two_devices_are_refused():
     flat_in, offsets, rows, pool = on_gpu(large_batch(bs=3, width=4))
     pool1 = pool.to("cuda:1")
