@@ -95,7 +95,6 @@ def bench_torch(inputs, expected, measures: dict):
     src = torch.empty(max(1, tokens * 6 // 4), dtype=torch.int32, device="cuda").random_()
     dst = torch.empty_like(src)
     measures["same_bytes_copy_us"] = triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median") * 1e3
-    del src, dst
 
     from kv_canary_torch import launch_scatter_req_token_ids_kernel as launch
     from kv_canary_torch.checks import fast_check
@@ -206,8 +205,6 @@ def bench_jax(inputs, expected, measures: dict, implementations):
 
 def empty_kernel_us(torch, triton) -> float:
     """do_bench's floor on this machine: the median time of a kernel that does nothing."""
-    import triton.language as tl  # noqa: F401  (the jit below needs triton's language loaded)
-
     @triton.jit
     def empty(x_ptr):
         pass

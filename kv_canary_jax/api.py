@@ -82,19 +82,27 @@ def scatter_req_token_ids(
             implementation=implementation, interpret=interpret, check_values=check_values,
         )
     values = arguments.check_arguments(flat_in, offsets, req_pool_indices, pool_out)
-    interpret = bool(interpret)
     device, platform = _placement(values)
+    plan, staged = prepare(values, platform, implementation, bool(interpret), check_values)
+    arrays = [inputs.materialize(v, device) for v in values]
+    return _scatter(*arrays, plan=plan, interpret=bool(interpret), staged=staged)
+
+
+def prepare(values, platform, implementation, interpret: bool, check_values: bool):
+    """``(plan, staged)`` for checked arguments: what runs, and whether the value rules are staged.
+
+    Raises the implementation errors, then (concrete offsets and rows with
+    ``check_values``) the checked mode's first violation. ``staged`` is True
+    when the rules must run inside the computation (traced offsets or rows).
+    """
     plan = implementations.plan(implementation, platform, interpret)
     flat_in, offsets, rows, pool = values
-    n_tokens, n_rows = flat_in.shape[0], pool.shape[0]
-    staged = False
-    if check_values:
-        if platforms.is_tracer(offsets) or platforms.is_tracer(rows):
-            staged = True
-        else:
-            checked.raise_eagerly(offsets, rows, n_tokens, n_rows)
-    arrays = [inputs.materialize(v, device) for v in values]
-    return _scatter(*arrays, plan=plan, interpret=interpret, staged=staged)
+    if not check_values:
+        return plan, False
+    if platforms.is_tracer(offsets) or platforms.is_tracer(rows):
+        return plan, True
+    checked.raise_eagerly(offsets, rows, flat_in.shape[0], pool.shape[0])
+    return plan, False
 
 
 def _placement(values) -> tuple[object | None, str | None]:

@@ -86,7 +86,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from kv_canary_jax import api, arguments, checked, implementations, inputs, platforms
+from kv_canary_jax import api, arguments, checked, inputs, platforms
 from shared_spec import errors
 
 try:
@@ -237,15 +237,7 @@ def scatter_req_token_ids_sharded(
     values = arguments.check_arguments(flat_in, offsets, req_pool_indices, pool_out)
     layout = resolve_layout(values[3], mesh, axis)
     interpret = bool(interpret)
-    plan = implementations.plan(implementation, _platform(layout.mesh), interpret)
-    flat_in, offsets, rows, pool = values
-    n_tokens, n_rows = flat_in.shape[0], pool.shape[0]
-    staged = False
-    if check_values:
-        if platforms.is_tracer(offsets) or platforms.is_tracer(rows):
-            staged = True
-        else:
-            checked.raise_eagerly(offsets, rows, n_tokens, n_rows)
+    plan, staged = api.prepare(values, _platform(layout.mesh), implementation, interpret, check_values)
     specs = (REPLICATED, REPLICATED, REPLICATED, rows_spec(layout.axis))
     arrays = [_place(v, layout.mesh, spec) for v, spec in zip(values, specs)]
     return _scatter(*arrays, mesh=layout.mesh, axis=layout.axis, plan=plan, interpret=interpret, staged=staged)

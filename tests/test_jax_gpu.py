@@ -14,6 +14,7 @@ import jax.numpy as jnp  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from jax.experimental import checkify  # noqa: E402
 
+from kv_canary_jax import available_implementations
 from kv_canary_jax import error_from_checkify, pallas_triton, platforms  # noqa: E402
 from kv_canary_jax.api import scatter_req_token_ids  # noqa: E402
 from shared_spec import scatter_reference  # noqa: E402
@@ -23,7 +24,8 @@ from tests.strategies import batches, large_batch, sentinel_pool  # noqa: E402
 GPU = platforms.gpu_device()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU is None, reason="JAX sees no CUDA GPU")]
 BLOCK = pallas_triton.BLOCK
-IMPLEMENTATIONS = ["pallas", "xla"]
+# The Mosaic GPU kernel joins every test here where it can run (Hopper and newer).
+IMPLEMENTATIONS = ["pallas", "xla"] + (["mosaic"] if "mosaic" in available_implementations() else [])
 
 
 def on_gpu(*arrays):

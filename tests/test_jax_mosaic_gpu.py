@@ -201,33 +201,7 @@ def test_donation_in_a_loop(entry):
     assert_same_pool(np.asarray(pool), pool_np)
 
 
-def test_vmap_over_pools(entry):
-    flat_in, offsets, rows, _ = large_batch(bs=100, width=TILE + 9, seed=11)
-    pools = np.stack([sentinel_pool(101, TILE + 9, seed) for seed in range(3)])
-    f = jax.jit(jax.vmap(scatter_fn(), in_axes=(None, None, None, 0)))
-    out = f(*on_gpu(flat_in, offsets, rows, pools))
-    for i in range(3):
-        assert_same_pool(np.asarray(out[i]), scatter_reference(flat_in, offsets, rows, pools[i]))
-
-
-def test_pool_over_4_gib():
-    """Past 2**32 bytes the addresses need 64 bits: the last rows and columns must land right."""
-    n_rows, width = 1030, 1 << 20  # 1030 * 2**20 * 4 bytes > 2**32
-    pool = jax.device_put(jnp.full((n_rows, width), -7, dtype=jnp.int32), GPU)
-    flat_in = np.arange(1, 3001, dtype=np.int64) * 3
-    offsets = np.array([0, 1000, 2000, 3000], dtype=np.int64)
-    rows = np.array([n_rows - 1, 0, n_rows - 2], dtype=np.int64)
-    flat_far = np.arange(11, 11 + 3000, dtype=np.int64)
-    offsets_far = np.array([3000 - width, 3000], dtype=np.int64)  # tokens land in the last 3000 columns
-    f = jax.jit(scatter_fn(), donate_argnums=3)
-    pool = f(*on_gpu(flat_in, offsets, rows), pool)
-    pool = f(*on_gpu(flat_far, offsets_far, np.array([n_rows - 3], dtype=np.int64)), pool)
-    touched = [n_rows - 1, 0, n_rows - 2, n_rows - 3, 1, n_rows // 2]
-    got = np.asarray(pool[np.array(touched)])
-    small = np.full((len(touched), width), -7, dtype=np.int32)
-    small = scatter_reference(flat_in, offsets, np.array([0, 1, 2], dtype=np.int64), small)
-    small = scatter_reference(flat_far, offsets_far, np.array([3], dtype=np.int64), small)
-    assert_same_pool(got, small)
+# vmap over pools and a pool past 4 GiB: tests/test_jax_gpu.py runs them on every implementation, this one included.
 
 
 def test_checkify_with_the_real_kernel():
