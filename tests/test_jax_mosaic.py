@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-import jax
 import pytest
 
 jax = pytest.importorskip("jax")
