@@ -1,4 +1,4 @@
-"""kv-canary for JAX: ``scatter_req_token_ids`` with a Pallas (Triton) kernel and an XLA path.
+"""kv-canary for JAX: ``scatter_req_token_ids`` on Pallas kernels (Triton lowering, Mosaic GPU) and an XLA path.
 
 Modules, one purpose each:
 
@@ -7,7 +7,8 @@ Modules, one purpose each:
 - ``arguments``: the spec's argument checks, at trace time.
 - ``inputs``: what counts as an array, and how it becomes a JAX array.
 - ``implementations``: ``implementation=`` resolution per platform.
-- ``pallas_triton``: the Pallas kernel (CUDA GPUs; anywhere when interpreted).
+- ``pallas_triton``: the Pallas kernel, Triton lowering (CUDA GPUs; anywhere when interpreted).
+- ``pallas_mosaic_gpu``: the Pallas kernel, Mosaic GPU (Hopper and newer; anywhere when interpreted).
 - ``xla``: the pure-XLA implementation (any platform).
 - ``checked``: ``check_values=True``, eagerly or through ``checkify``.
 - ``platforms``: device and platform names.
