@@ -118,7 +118,7 @@ def test_donation_writes_in_place(implementation):
 def test_donation_in_a_loop(implementation):
     """A serving loop: one pool, donated every step, each step's batch written over the last."""
     f = jax.jit(scatter_fn(implementation), donate_argnums=3)
-    n_rows, width = 257, 700
+    n_rows, width = 257, 4096 + 700  # several tiles of every kernel (Pallas 1024, Mosaic up to 2048 columns)
     pool_np = sentinel_pool(n_rows, width, 7)
     pool = jax.device_put(pool_np, GPU)
     pointer = pool.unsafe_buffer_pointer()

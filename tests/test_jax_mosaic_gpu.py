@@ -178,30 +178,8 @@ def test_donation_writes_in_place(entry):
     assert_same_pool(np.asarray(out), scatter_reference(*batch))
 
 
-def test_donation_in_a_loop(entry):
-    """A serving loop: one pool, donated every step, each step's batch written over the last."""
-    f = jax.jit(scatter_fn(), donate_argnums=3)
-    n_rows, width = 257, 2 * TILE + 700
-    pool_np = sentinel_pool(n_rows, width, 10)
-    pool = jax.device_put(pool_np, GPU)
-    pointer = pool.unsafe_buffer_pointer()
-    rng = np.random.default_rng(10)
-    for step in range(12):
-        bs = int(rng.integers(1, 200))
-        lengths = rng.integers(0, width + 50, size=bs)
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        flat_in = tokens(int(offsets[-1]), step)
-        rows = rng.permutation(n_rows)[:bs].astype(np.int64)
-        pool_np = scatter_reference(flat_in, offsets, rows, pool_np)
-        pool = f(*on_gpu(flat_in, offsets, rows), pool)
-        assert pool.unsafe_buffer_pointer() == pointer, step
-    assert_same_pool(np.asarray(pool), pool_np)
-
-
-# vmap over pools and a pool past 4 GiB: tests/test_jax_gpu.py runs them on every implementation, this one included.
-
-
-# checkify with the real kernel: tests/test_jax_gpu.py::test_checkify_with_the_real_implementations covers it.
+# A donated serving loop, vmap over pools, a pool past 4 GiB and checkify with the
+# real kernel: tests/test_jax_gpu.py runs those on every implementation, this one included.
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
