@@ -143,17 +143,6 @@ def test_repeated_rows_never_undo_each_other(entry):
             assert int(got[row, j]) in values if values else got[row, j] == pool[row, j], (row, j)
 
 
-def test_pool_far_wider_than_the_batch():
-    """The usual req_to_token pool: context-length rows, few tokens (tiles are launched for the tokens)."""
-    rng = np.random.default_rng(8)
-    bs, n_rows, width = 64, 80, 131_072
-    lengths = rng.integers(0, 300, size=bs)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    flat_in = rng.integers(0, 200_000, size=int(offsets[-1]), dtype=np.int64)
-    rows = rng.permutation(n_rows)[:bs].astype(np.int64)
-    check(flat_in, offsets, rows, sentinel_pool(n_rows, width, 8))
-
-
 def test_bench_cases_match_the_triton_pallas_kernel():
     """sglang's benchmark inputs (pool width seq + 1: rows misaligned): same pool as the reference and as pallas."""
     from kv_canary.bench import make_inputs
@@ -178,8 +167,9 @@ def test_donation_writes_in_place(entry):
     assert_same_pool(np.asarray(out), scatter_reference(*batch))
 
 
-# A donated serving loop, vmap over pools, a pool past 4 GiB and checkify with the
-# real kernel: tests/test_jax_gpu.py runs those on every implementation, this one included.
+# A pool far wider than the batch, a donated serving loop, vmap over pools, a pool
+# past 4 GiB and checkify with the real kernel: tests/test_jax_gpu.py runs those on
+# every implementation, this one included.
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))

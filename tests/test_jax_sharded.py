@@ -327,11 +327,16 @@ def test_argument_errors_under_jit_leave_the_donated_pool():
     assert_same_pool(np.asarray(pool), b[3])
 
 
-def test_explicit_sharding_mode_reads_the_layout_under_jit():
+def explicit_mesh():
+    """A 4-device host mesh in JAX's explicit sharding mode (skips where JAX has no such mode)."""
     axis_type = getattr(jax.sharding, "AxisType", None)
     if axis_type is None:
         pytest.skip("this JAX has no explicit sharding mode")
-    mesh = jax.make_mesh((4,), (AXIS,), axis_types=(axis_type.Explicit,), devices=CPUS[:4])
+    return jax.make_mesh((4,), (AXIS,), axis_types=(axis_type.Explicit,), devices=CPUS[:4])
+
+
+def test_explicit_sharding_mode_reads_the_layout_under_jit():
+    mesh = explicit_mesh()
     batch = large_batch(bs=11, width=6, seed=44)
     pool = jax.device_put(batch[3], row_sharding(mesh))
     args = [jnp.asarray(a) for a in batch[:3]] + [pool]
@@ -390,12 +395,6 @@ def test_row_layout():
 
 
 # Once api.scatter_req_token_ids routes row-sharded pools here (it imports this module), plain calls need no wrapper.
-needs_dispatch = pytest.mark.skipif(
-    not hasattr(kv_canary_jax.api, "sharded"), reason="api.scatter_req_token_ids does not dispatch row-sharded pools yet"
-)
-
-
-@needs_dispatch
 @pytest.mark.parametrize("implementation,interpret", WAYS, ids=WAY_IDS)
 def test_public_call_dispatches_on_a_row_sharded_pool(implementation, interpret):
     batch = large_batch(bs=15, width=9, seed=47)
@@ -410,12 +409,8 @@ def test_public_call_dispatches_on_a_row_sharded_pool(implementation, interpret)
     assert_same_pool(np.asarray(out), scatter_reference(*batch))
 
 
-@needs_dispatch
 def test_public_call_under_jit_in_explicit_sharding_mode():
-    axis_type = getattr(jax.sharding, "AxisType", None)
-    if axis_type is None:
-        pytest.skip("this JAX has no explicit sharding mode")
-    mesh = jax.make_mesh((4,), (AXIS,), axis_types=(axis_type.Explicit,), devices=CPUS[:4])
+    mesh = explicit_mesh()
     batch = large_batch(bs=15, width=9, seed=48)
     f = jax.jit(lambda *a: scatter_req_token_ids(*a, implementation="pallas", interpret=True), donate_argnums=3)
     args = [jnp.asarray(a) for a in batch[:3]] + [jax.device_put(batch[3], row_sharding(mesh))]
