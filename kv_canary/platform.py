@@ -18,10 +18,3 @@ def cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def triton_interpreting() -> bool:
-    """True when Triton kernels run in its interpreter (``TRITON_INTERPRET=1``)."""
-    import os
-
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

@@ -10,7 +10,6 @@ no case code.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
 
 import numpy as np
 
@@ -180,13 +179,3 @@ def judge(case: Case, outcome: Outcome, accelerator: str | None = None) -> str |
     if not outcome.guards_untouched:
         return "cells outside the pool's column slice were written"
     return None
-
-
-def check_all(runner: Runner, cases: Sequence[Case]) -> list[CaseResult]:
-    return [check_case(runner, case) for case in cases]
-
-
-def summarize(results: Sequence[CaseResult]) -> dict[str, Any]:
-    counts = {status: sum(r.status == status for r in results) for status in ("pass", "fail", "skip")}
-    counts["failures"] = [f"{r.case}: {r.detail}" for r in results if r.status == "fail"]
-    return counts

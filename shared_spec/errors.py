@@ -84,8 +84,6 @@ def unavailable_error(option: str, name: str, reason: str) -> KvCanaryValueError
     return value_error(CHOICE_UNAVAILABLE, option=option, name=name, reason=reason)
 
 
-EXCEPTION_CLASSES = {cls.__name__: cls for cls in (KvCanaryTypeError, KvCanaryValueError)}
-
 # torch frontend
 # Reasons for CHOICE_UNAVAILABLE (backend="triton").
 TRITON_NOT_INSTALLED = "triton is not installed; install it or pass backend='torch'"
