@@ -30,14 +30,19 @@ import json
 import platform
 import statistics
 import subprocess
+import sys
 import time
 
 import numpy as np
 
-# (bs, seq, ragged): sglang's grid, then the larger and ragged cases.
+# (bs, seq, ragged, aligned): sglang's grid, then the larger and ragged cases, all
+# with rows seq + 1 wide as in sglang's benchmark; then two pools whose rows are
+# seq wide, a multiple of 128 (every row starts 16-byte aligned).
 CASES = (
-    [(bs, seq, False) for bs in (1, 8, 64, 256) for seq in (128, 512, 2048, 8192)]
-    + [(256, 32768, False), (1024, 2048, False), (4096, 512, False), (256, 8192, True), (64, 32768, True)]
+    [(bs, seq, False, False) for bs in (1, 8, 64, 256) for seq in (128, 512, 2048, 8192)]
+    + [(256, 32768, False, False), (1024, 2048, False, False), (4096, 512, False, False)]
+    + [(256, 8192, True, False), (64, 32768, True, False)]
+    + [(256, 32768, False, True), (4096, 4096, False, True)]
 )
 # sglang's later kernel (per request x 1024-column tile), device us on one H200,
 # from the perf anchors measured 2026-11-30 (torch 2.11, triton 3.6).
@@ -55,14 +60,18 @@ CHAIN = 16
 WALL_CALLS = 200
 
 
-def make_inputs(bs: int, seq: int, ragged: bool, seed: int = 0):
-    """numpy ``(flat_in, offsets, req_pool_indices, pool_out)`` as in sglang's benchmark."""
+def make_inputs(bs: int, seq: int, ragged: bool, seed: int = 0, aligned: bool = False):
+    """numpy ``(flat_in, offsets, req_pool_indices, pool_out)`` as in sglang's benchmark.
+
+    The pool is ``seq + 1`` columns wide as in sglang's benchmark, or ``seq``
+    wide with ``aligned`` (rows whose width is a multiple of 128 for the
+    benchmark's sizes: every row starts 16-byte aligned)."""
     rng = np.random.default_rng(seed)
     lengths = rng.integers(1, seq, size=bs, endpoint=True) if ragged else np.full(bs, seq)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     flat_in = rng.integers(0, 2**31 - 1, size=int(offsets[-1]), dtype=np.int64)
     rows = np.arange(1, bs + 1, dtype=np.int64)
-    pool = np.full((max(bs + 1, 4), seq + 1), -7, dtype=np.int32)
+    pool = np.full((max(bs + 1, 4), seq if aligned else seq + 1), -7, dtype=np.int32)
     return flat_in, offsets, rows, pool
 
 
@@ -71,6 +80,7 @@ class Row:
     bs: int
     seq: int
     ragged: bool
+    width: int  # the pool's columns: seq + 1, or seq for an aligned case
     tokens: int
     floor_us: float
     results: dict  # measure name -> microseconds (or percent for *_pct)
@@ -133,16 +143,28 @@ def bench_torch(inputs, expected, measures: dict):
         lambda: launch_per_request_tile(flat_in, offsets, rows, out), return_mode="median"
     ) * 1e3
     out = pool.clone()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(HOST_CALLS):
-        launch(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=out)
-    measures["host_us"] = (time.perf_counter() - start) / HOST_CALLS * 1e6
+    measures["host_us"] = _host_us(lambda: launch(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=out))
+    # One eager torch op, timed the same way in the same process: the host-time bar.
+    measures["host_torch_op_us"] = _host_us(lambda: out.add_(0))
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(HOST_CALLS):
         fast_check(flat_in, offsets, rows, out)
     measures["host_checks_us"] = (time.perf_counter() - start) / HOST_CALLS * 1e6
+
+
+def _host_us(fn) -> float:
+    """Host microseconds per call of ``fn`` over ``HOST_CALLS`` calls with no synchronization."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(HOST_CALLS):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / HOST_CALLS * 1e6
 
 
 def _wall(fn, args, calls: int, rounds: int = 5) -> float:
@@ -235,29 +257,52 @@ COLUMNS = (
     ("torch_triton_us", "triton us"),
     ("triton_bw_pct", "% copy BW"),
     ("same_bytes_copy_us", "same-bytes copy us"),
+    ("triton_over_copy", "triton / copy"),
     ("per_request_tile_us", "per-request-tile baseline us"),
+    ("triton_over_baseline", "triton / baseline"),
+    ("triton_over_empty_us", "triton - empty kernel us"),
     ("torch_triton_chained_us", "triton chained us"),
     ("sglang_b_us", "sglang B us (anchor)"),
     ("torch_torch_us", "torch-vec us"),
     ("jax_pallas_us", "pallas us"),
     ("jax_mosaic_us", "mosaic us"),
+    ("mosaic_over_pallas", "mosaic / pallas"),
+    ("mosaic_minus_pallas_us", "mosaic - pallas us"),
     ("jax_xla_us", "XLA us"),
     ("jax_pallas_wall_us", "pallas wall us"),
     ("jax_dispatch_floor_wall_us", "jit floor wall us"),
     ("jax_xla_wall_us", "XLA wall us"),
     ("host_us", "host us/launch"),
     ("host_checks_us", "of which checks"),
+    ("host_torch_op_us", "host us/torch op"),
 )
+
+
+def derived(measures: dict, empty_us: float) -> dict:
+    """The ratios the targets are stated in, from one case's measures (same run)."""
+    out = {}
+    triton = measures.get("torch_triton_us")
+    for key, base in (("triton_over_copy", "same_bytes_copy_us"), ("triton_over_baseline", "per_request_tile_us")):
+        if triton and measures.get(base):
+            out[key] = triton / measures[base]
+    if triton:
+        out["triton_over_empty_us"] = triton - empty_us
+    pallas, mosaic = measures.get("jax_pallas_us"), measures.get("jax_mosaic_us")
+    if pallas and mosaic:
+        out["mosaic_over_pallas"] = mosaic / pallas
+        out["mosaic_minus_pallas_us"] = mosaic - pallas
+    return out
 
 
 def render(rows: list[Row], meta: dict) -> str:
     present = [(k, title) for k, title in COLUMNS if any(k in r.results for r in rows)]
-    head = "| bs | seq | ragged | tokens | floor us | " + " | ".join(t for _, t in present) + " |"
-    lines = [head, "|" + "---|" * (5 + len(present))]
+    head = "| bs | seq | ragged | width | tokens | floor us | " + " | ".join(t for _, t in present) + " |"
+    lines = [head, "|" + "---|" * (6 + len(present))]
     for r in rows:
         cells = [f"{r.results[k]:.2f}" if k in r.results else "" for k, _ in present]
         lines.append(
-            f"| {r.bs} | {r.seq} | {'yes' if r.ragged else 'no'} | {r.tokens} | {r.floor_us:.2f} | " + " | ".join(cells) + " |"
+            f"| {r.bs} | {r.seq} | {'yes' if r.ragged else 'no'} | {r.width} | {r.tokens} | {r.floor_us:.2f} | "
+            + " | ".join(cells) + " |"
         )
     info = ", ".join(f"{k} {v}" for k, v in meta.items() if k not in ("copy_bw_tbs", "empty_kernel_us"))
     return (
@@ -286,8 +331,8 @@ def run(args) -> int:
 
     rows = []
     selected = [c for c in CASES if not args.quick or c[0] * c[1] <= 2**21]
-    for bs, seq, ragged in selected:
-        inputs = make_inputs(bs, seq, ragged)
+    for bs, seq, ragged, aligned in selected:
+        inputs = make_inputs(bs, seq, ragged, aligned=aligned)
         expected = scatter_reference(*inputs)
         tokens = int(inputs[0].shape[0])
         measures: dict = {}
@@ -295,11 +340,18 @@ def run(args) -> int:
         if not args.no_jax:
             bench_jax(inputs, expected, measures, impls)
         measures["triton_bw_pct"] = 100 * BYTES_PER_TOKEN * tokens / (measures["torch_triton_us"] * 1e-6) / bw
-        if (bs, seq, ragged) in SGLANG_B_US:
+        measures |= derived(measures, meta["empty_kernel_us"])
+        if not aligned and (bs, seq, ragged) in SGLANG_B_US:
             measures["sglang_b_us"] = SGLANG_B_US[(bs, seq, ragged)]
-        row = Row(bs, seq, ragged, tokens, BYTES_PER_TOKEN * tokens / bw * 1e6, measures)
+        width = inputs[3].shape[1]
+        row = Row(bs, seq, ragged, width, tokens, BYTES_PER_TOKEN * tokens / bw * 1e6, measures)
         rows.append(row)
-        print(f"bs={bs} seq={seq} ragged={ragged} tokens={tokens}: " + ", ".join(f"{k}={v:.2f}" for k, v in measures.items()), flush=True)
+        print(
+            f"bs={bs} seq={seq} ragged={ragged} width={width} tokens={tokens}: "
+            + ", ".join(f"{k}={v:.2f}" for k, v in measures.items()),
+            file=sys.stderr,  # progress: stdout carries only the table or the JSON
+            flush=True,
+        )
     table = render(rows, meta)
     if args.json:
         print(json.dumps({"meta": meta, "rows": [dataclasses.asdict(r) for r in rows]}, indent=1))

@@ -54,7 +54,7 @@ import functools
 import jax
 from jax import lax
 
-from kv_canary_jax import arguments, checked, implementations, inputs, pallas_triton, platforms, sharded, xla
+from kv_canary_jax import arguments, checked, implementations, inputs, platforms, sharded, xla
 
 
 def scatter_req_token_ids(
@@ -123,10 +123,14 @@ def _placement(values) -> tuple[object | None, str | None]:
 
 
 def _implementation(name: str, interpret: bool):
+    # The kernels are imported here, once chosen: jax.experimental.pallas.triton and
+    # .mosaic_gpu may not import (implementations says why), and the default must
+    # fall through past them without touching either.
     if name == implementations.PALLAS:
+        from kv_canary_jax import pallas_triton
+
         return functools.partial(pallas_triton.scatter, interpret=interpret)
     if name == implementations.MOSAIC:
-        # Imported here: jax.experimental.pallas.mosaic_gpu may not import (implementations says why).
         from kv_canary_jax import pallas_mosaic_gpu
 
         return functools.partial(pallas_mosaic_gpu.scatter, interpret=interpret)

@@ -10,6 +10,11 @@ on JAX's default platform. Neither reads data.
 - ``"xla"``: runs on every platform.
 - ``"pallas"``: the Triton-lowered Pallas kernel, on CUDA GPUs; on any
   platform with ``interpret=True`` (the Pallas interpreter: for tests, slow).
+  It needs ``jax.experimental.pallas.triton`` to import: JAX 0.11 deprecates
+  that lowering and a later JAX removes it. Where it does not import, "pallas"
+  is unavailable with the import error as the reason (``PALLAS_NOT_IMPORTABLE``),
+  the default falls through to the next name with no error, and nothing of
+  this package imports it before "pallas" is chosen.
 - ``"mosaic"``: the Mosaic GPU Pallas kernel (``pallas_mosaic_gpu``), on CUDA
   GPUs of compute capability 9.0 or newer (Hopper on); on any platform with
   ``interpret=True``. Either way it needs ``jax.experimental.pallas.mosaic_gpu``
@@ -41,6 +46,7 @@ argument); platform None is the default branch.
 from __future__ import annotations
 
 import functools
+import importlib
 
 from shared_spec import errors
 from kv_canary_jax import platforms
@@ -82,21 +88,38 @@ def requested(implementation) -> tuple[tuple[str, ...], bool]:
 
 def unavailable_reason(name: str, platform: str, interpret: bool) -> str | None:
     """Why ``name`` cannot run on ``platform`` (None: it can)."""
-    if name == PALLAS and platform != platforms.CUDA and not interpret:
-        return errors.PALLAS_NEEDS_GPU
+    if name == PALLAS:
+        # The platform first: where the kernel cannot run anyway, the deprecated
+        # module is never imported (JAX 0.11 may warn about it).
+        if platform != platforms.CUDA and not interpret:
+            return errors.PALLAS_NEEDS_GPU
+        error = pallas_triton_import_error()
+        if error is not None:
+            return errors.PALLAS_NOT_IMPORTABLE.format(error=error)
     if name == MOSAIC:
         return _mosaic_unavailable_reason(platform, interpret)
     return None
 
 
+def _import_error(module: str) -> str | None:
+    """Why ``module`` cannot be imported here, as ``"ClassName: message"`` (None: it can)."""
+    try:
+        importlib.import_module(module)
+    except Exception as error:  # ImportError, or a JAX whose lowering fails to initialize
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+@functools.cache
+def pallas_triton_import_error() -> str | None:
+    """Why ``jax.experimental.pallas.triton`` (Pallas' Triton lowering) cannot be imported here (None: it can)."""
+    return _import_error("jax.experimental.pallas.triton")
+
+
 @functools.cache
 def mosaic_import_error() -> str | None:
     """Why ``jax.experimental.pallas.mosaic_gpu`` cannot be imported here (None: it can)."""
-    try:
-        import jax.experimental.pallas.mosaic_gpu  # noqa: F401
-    except Exception as error:  # ImportError, or a JAX whose Mosaic GPU fails to initialize
-        return f"{type(error).__name__}: {error}"
-    return None
+    return _import_error("jax.experimental.pallas.mosaic_gpu")
 
 
 def gpu_capability() -> tuple[int, int] | None:

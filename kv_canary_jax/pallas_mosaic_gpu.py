@@ -109,16 +109,20 @@ from shared_spec.reference import longest_window, written_columns
 # windows use scalar copies.
 VEC = 128
 # The tile (columns one program copies on a long window) is the largest power
-# of two <= min(cap, C, N), the cap by the longest window min(C, N), as in the
-# torch Triton launcher's sweep (kv_canary_torch/triton_launch.py; the H200
-# numbers decide the final values): up to SMALL_WINDOW columns, SMALL_TILE = 4
-# int64 per thread (short rows are latency-bound: more, smaller programs);
-# beyond, LARGE_TILE = 16 independent 8-byte loads per thread before the first
-# store, enough bytes in flight per program that a few resident programs per SM
-# keep HBM busy, while the overlapping last tile re-writes at most T - 1 columns.
-SMALL_WINDOW = 4096
+# of two <= min(cap, C, N), the cap by the longest window min(C, N): up to
+# SMALL_WINDOW columns, SMALL_TILE = 4 int64 per thread (short rows are
+# latency-bound: more, smaller programs); beyond, LARGE_TILE = up to 32
+# independent 8-byte loads per thread before the first store. Why so many: on
+# the H200 (jax 0.11.2) ptxas gives this kernel 128 registers per thread, so
+# at most 4 programs (one warpgroup each) are resident per SM, and the bytes in
+# flight per program decide the bandwidth. Measured there (profiler kernel
+# durations, 256 x 2048): tile 512 4.03 us, 1024 3.17 us, 2048 2.53 us, against
+# 2.34 us for the Triton-lowered kernel; 64 x 8192 (chained): cap 2048 4.98 us,
+# 4096 4.64 us, 8192 5.58 us. The overlapping last tile re-writes at most T - 1
+# columns.
+SMALL_WINDOW = 1024
 SMALL_TILE = 512
-LARGE_TILE = 2048
+LARGE_TILE = 4096
 # Scalar copies (windows shorter than VEC) load this many tokens, then store the
 # previous batch: one batch ahead keeps a memory latency per window, not per
 # batch, while bounding the registers the scalar path holds (each copy is

@@ -102,6 +102,13 @@ PALLAS_NEEDS_GPU = (
     "the Pallas kernel lowers through Triton and needs a CUDA GPU; "
     "pass interpret=True to run it in the Pallas interpreter, or implementation='xla'"
 )
+# jax.experimental.pallas.triton does not import (JAX 0.11 deprecates that lowering; a later JAX
+# drops it); {error} is the exception, "ClassName: message".
+PALLAS_NOT_IMPORTABLE = (
+    "the Pallas kernel lowers through Triton and needs jax.experimental.pallas.triton, which does not import "
+    "here ({error}): this JAX no longer ships Pallas' Triton lowering; pass implementation='mosaic' (Hopper and "
+    "newer) or 'xla'"
+)
 
 
 def none_available_error(option: str, reasons) -> KvCanaryValueError:

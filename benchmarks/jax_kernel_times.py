@@ -1,0 +1,157 @@
+"""Per-kernel device time of the JAX implementations, from the profiler's GPU kernel records (GPU).
+
+    python benchmarks/jax_kernel_times.py [--impl mosaic --impl pallas] [--case 256x8192 ...] [--block 1024 ...]
+
+For each case and implementation: the chained figure of ``kv-canary bench``
+(``CHAIN`` applications in one jit, minus one, over ``CHAIN - 1``) and, from a
+``jax.profiler`` trace of the chained function, the median duration of the
+kernel itself and the median gap between consecutive kernels of the chain
+(what XLA's launch path adds). The chained figure is what the issue's bar uses;
+the kernel duration tells whether a gap is the kernel's or the launch path's.
+``--block`` adds Mosaic GPU variants with that tile cap (``scatter(...,
+block=)``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import gzip
+import json
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+CHAIN = 16
+
+
+def parse_case(text: str) -> tuple[int, int, bool, bool]:
+    """``"256x8192"``: bs x seq; suffix ``r`` ragged lengths, ``a`` rows ``seq`` wide (aligned) instead of ``seq + 1``."""
+    ragged, aligned = "r" in text, "a" in text
+    bs, seq = text.rstrip("ra").split("x")
+    return int(bs), int(seq), ragged, aligned
+
+
+DEFAULT_CASES = (
+    "1x128", "64x8192", "256x2048", "256x8192", "1024x2048", "4096x512", "256x8192r", "64x32768r", "256x32768",
+    "256x32768a", "4096x4096a",
+)
+
+
+def print_sequence(trace_dir: str, marker: str, limit: int = 40) -> None:
+    """Print the events (process, thread, name, start, duration) around the first chain: what else runs beside the kernel."""
+    paths = glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True)
+    with gzip.open(paths[0], "rt") as f:
+        data = json.load(f)
+    names = {}
+    for e in data["traceEvents"]:
+        if e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name"):
+            names[(e.get("name"), e.get("pid"), e.get("tid") if e.get("name") == "thread_name" else None)] = e["args"]["name"]
+    events = sorted((e for e in data["traceEvents"] if e.get("ph") == "X" and "dur" in e), key=lambda e: e["ts"])
+    marked = [e for e in events if marker in e.get("name", "")]
+    if not marked:
+        return
+    t0 = marked[0]["ts"] - 20
+    for e in [e for e in events if e["ts"] >= t0][:limit]:
+        where = names.get(("process_name", e["pid"], None), e["pid"]), names.get(("thread_name", e["pid"], e.get("tid")), e.get("tid"))
+        print(f"    {str(where)[:60]:60s} {e['name'][:70]:70s} t={e['ts'] - t0:9.2f} dur={e['dur']:8.2f}")
+
+
+def kernel_events(trace_dir: str, marker: str) -> list[tuple[float, float]]:
+    """(start us, duration us) of every event whose name contains ``marker``, from the profiler's trace.
+
+    When none matches, the most frequent event names are printed (kernel names
+    differ between JAX versions and lowerings)."""
+    paths = glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True)
+    paths += glob.glob(os.path.join(trace_dir, "**", "perfetto_trace.json.gz"), recursive=True)
+    events = []
+    for path in paths[:1]:
+        with gzip.open(path, "rt") as f:
+            data = json.load(f)
+        for e in data.get("traceEvents", data if isinstance(data, list) else []):
+            if e.get("ph") == "X" and marker in e.get("name", "") and "dur" in e:
+                events.append((float(e["ts"]), float(e["dur"])))
+        if not events:
+            names = {}
+            for e in data.get("traceEvents", []):
+                if e.get("ph") == "X":
+                    names[e.get("name", "")] = names.get(e.get("name", ""), 0) + 1
+            print("  no kernel named", marker, "; frequent events:", sorted(names.items(), key=lambda x: -x[1])[:12])
+    if not paths:
+        print("  no trace file under", trace_dir, os.listdir(trace_dir))
+    return sorted(events)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--impl", action="append")
+    ap.add_argument("--case", action="append")
+    ap.add_argument("--block", action="append", type=int, default=[])
+    ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--events", action="store_true", help="print the event sequence around the first chain")
+    args = ap.parse_args(argv)
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    from kv_canary.bench import make_inputs
+    from kv_canary_jax import pallas_mosaic_gpu, scatter_req_token_ids
+    from shared_spec.reference import scatter_reference
+
+    impls = args.impl or ["pallas", "mosaic"]
+    variants = [(i, None) for i in impls] + [("mosaic", b) for b in args.block]
+    print(f"jax {jax.__version__} {jax.devices()[0].device_kind}", flush=True)
+    for case in args.case or DEFAULT_CASES:
+        bs, seq, ragged, aligned = parse_case(case)
+        inputs = make_inputs(bs, seq, ragged, aligned=aligned)
+        expected = scatter_reference(*inputs)
+        flat_in, offsets, rows = (jax.device_put(x) for x in inputs[:3])
+        line = [f"{case:>10s} tok={inputs[0].shape[0]:>8d}"]
+        for impl, block in variants:
+            def apply(f, o, r, p, impl=impl, block=block):
+                if block is None:
+                    return scatter_req_token_ids(f, o, r, p, implementation=impl)
+                return pallas_mosaic_gpu.scatter(f, o, r, p, block=block)
+
+            def chained(f, o, r, p, k):
+                for _ in range(k):
+                    p = apply(f, o, r, p)
+                return p
+
+            fns = {k: jax.jit(lambda f, o, r, p, k=k: chained(f, o, r, p, k), donate_argnums=3) for k in (1, CHAIN)}
+            pools = {k: fns[k](flat_in, offsets, rows, jax.device_put(inputs[3])) for k in fns}
+            assert np.array_equal(np.asarray(pools[1]), expected), (case, impl, block)
+            times = {1: [], CHAIN: []}
+            for _ in range(30):
+                for k in (1, CHAIN):
+                    start = time.perf_counter()
+                    pools[k] = fns[k](flat_in, offsets, rows, pools[k])
+                    pools[k].block_until_ready()
+                    times[k].append(time.perf_counter() - start)
+            chained_us = (statistics.median(times[CHAIN]) - statistics.median(times[1])) / (CHAIN - 1) * 1e6
+            cell = f"{impl}{'' if block is None else '/' + str(block)}: chain {chained_us:6.2f}"
+            if not args.no_profile:
+                with tempfile.TemporaryDirectory() as d:
+                    with jax.profiler.trace(d, create_perfetto_trace=True):
+                        for _ in range(5):
+                            pools[CHAIN] = fns[CHAIN](flat_in, offsets, rows, pools[CHAIN])
+                        pools[CHAIN].block_until_ready()
+                    events = kernel_events(d, "kv_canary")
+                    if args.events:
+                        print(f"  {case} {impl} block={block}:")
+                        print_sequence(d, "kv_canary")
+                if events:
+                    durs = [d for _, d in events]
+                    gaps = [b[0] - (a[0] + a[1]) for a, b in zip(events, events[1:])]
+                    gaps = [g for g in gaps if g < 50]  # within one chain
+                    cell += f" kernel {statistics.median(durs):6.2f} gap {statistics.median(gaps) if gaps else float('nan'):5.2f} (n={len(events)})"
+                else:
+                    cell += " kernel ? (no events)"
+            line.append(cell)
+        print(" | ".join(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""A JAX without Pallas' Triton lowering (deprecated in JAX 0.11, removed later): the default falls through.
+
+The missing module is simulated by ``sys.modules[name] = None`` (an import of
+it then raises ImportError), with the cached import probe cleared before and
+after.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+
+from kv_canary_jax import implementations  # noqa: E402
+from shared_spec import errors  # noqa: E402
+from shared_spec.reference import scatter_reference  # noqa: E402
+
+TRITON_LOWERING = "jax.experimental.pallas.triton"
+P = "kv-canary: scatter_req_token_ids"
+
+
+@pytest.fixture
+def no_triton_lowering(monkeypatch):
+    monkeypatch.setitem(sys.modules, TRITON_LOWERING, None)
+    implementations.pallas_triton_import_error.cache_clear()
+    yield
+    implementations.pallas_triton_import_error.cache_clear()
+
+
+def test_the_default_falls_through_to_xla(no_triton_lowering):
+    # Everywhere the kernel could otherwise run: a CUDA platform, and any platform interpreted.
+    assert implementations.plan(None, "cuda", interpret=False)[0][1] in (implementations.MOSAIC, implementations.XLA)
+    assert implementations.plan(None, "cpu", interpret=True) in (
+        ((None, implementations.MOSAIC),), ((None, implementations.XLA),),
+    )
+    assert implementations.plan(("pallas", "xla"), "cuda", interpret=False) == ((None, implementations.XLA),)
+
+
+def test_pallas_says_why_it_cannot_run(no_triton_lowering):
+    with pytest.raises(errors.KvCanaryValueError) as info:
+        implementations.plan("pallas", "cpu", interpret=True)
+    message = str(info.value)
+    assert message.startswith(f"{P} implementation 'pallas' cannot run here: ")
+    reason = errors.PALLAS_NOT_IMPORTABLE.format(error=implementations.pallas_triton_import_error())
+    assert message.endswith(reason)
+    assert ("ImportError" in message or "ModuleNotFoundError" in message) and TRITON_LOWERING in message
+    assert "pallas" not in implementations.available_implementations(interpret=True)
+
+
+def test_the_public_function_runs_the_fallback(no_triton_lowering):
+    import jax
+
+    from kv_canary_jax import scatter_req_token_ids
+
+    assert jax.config.jax_enable_x64  # the test process's choice (conftest)
+    flat_in = np.arange(10, 20, dtype=np.int64)
+    offsets = np.array([0, 3, 10], np.int64)
+    rows = np.array([2, 0], np.int64)
+    pool = np.full((3, 5), -1, np.int32)
+    got = scatter_req_token_ids(flat_in, offsets, rows, pool, implementation=("pallas", "xla"), interpret=True)
+    np.testing.assert_array_equal(np.asarray(got), scatter_reference(flat_in, offsets, rows, pool))
+
+
+def test_nothing_imports_the_lowering_until_pallas_is_chosen():
+    # A fresh process: importing the frontend and running the default on the CPU
+    # must never import the deprecated module.
+    script = textwrap.dedent(
+        f"""
+        import sys
+        import numpy as np
+        import jax
+        jax.config.update("jax_enable_x64", True)
+        from kv_canary_jax import scatter_req_token_ids
+        pool = scatter_req_token_ids(np.arange(4), np.array([0, 4]), np.array([1]), np.zeros((2, 4), np.int32))
+        assert {TRITON_LOWERING!r} not in sys.modules, "imported"
+        print(np.asarray(pool).tolist())
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[[0, 0, 0, 0], [0, 1, 2, 3]]"
