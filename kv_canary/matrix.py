@@ -94,9 +94,14 @@ def prepare_environment(frontends=FRONTEND_NAMES) -> list[str]:
     are reported as skipped. Only the named frontends' frameworks are touched.
     """
     notes = []
-    if "torch" in frontends and not cuda_available() and "TRITON_INTERPRET" not in os.environ:
-        os.environ["TRITON_INTERPRET"] = "1"
-        notes.append("no CUDA GPU: Triton kernels run in Triton's interpreter (TRITON_INTERPRET=1)")
+    if "torch" in frontends and installed("torch") and installed("triton") and "TRITON_INTERPRET" not in os.environ:
+        try:
+            interpret = not cuda_available()
+        except ImportError:  # torch does not import: collect_runners reports it
+            interpret = False
+        if interpret:
+            os.environ["TRITON_INTERPRET"] = "1"
+            notes.append("no CUDA GPU: Triton kernels run in Triton's interpreter (TRITON_INTERPRET=1)")
     if "jax" in frontends and installed("jax") and os.environ.get("JAX_ENABLE_X64", "") not in ("0", "false", "False"):
         try:
             import jax

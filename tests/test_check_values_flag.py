@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from kv_canary_torch import launch_scatter_req_token_ids_kernel
 from shared_spec import errors, require_bool, scatter_reference
 from tests.strategies import sentinel_pool
+from tests.torch_support import as_numpy, device_for
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
@@ -34,15 +35,16 @@ def message(value) -> str:
 
 def torch_call(check_values, backend="torch"):
     """The pool after the torch launcher's call, and the exception it raised (or None)."""
-    pool = torch.from_numpy(sentinel_pool(4, 6))
+    device = device_for(backend)
+    pool = torch.from_numpy(sentinel_pool(4, 6)).to(device)
     try:
         launch_scatter_req_token_ids_kernel(
-            flat_in=torch.from_numpy(FLAT), offsets=torch.from_numpy(OFFSETS),
-            req_pool_indices=torch.from_numpy(ROWS), pool_out=pool, check_values=check_values, backend=backend,
+            flat_in=torch.from_numpy(FLAT).to(device), offsets=torch.from_numpy(OFFSETS).to(device),
+            req_pool_indices=torch.from_numpy(ROWS).to(device), pool_out=pool, check_values=check_values, backend=backend,
         )
     except Exception as error:  # compared below
-        return pool.numpy(), error
-    return pool.numpy(), None
+        return as_numpy(pool), error
+    return as_numpy(pool), None
 
 
 def jax_call(check_values, jit=False):

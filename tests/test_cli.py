@@ -34,18 +34,30 @@ def run_main(capsys, *argv):
     return code, out, err
 
 
-def run_blocked(blocked, *argv, timeout=300):
-    """``kv-canary argv`` in a fresh interpreter where the modules ``blocked`` look uninstalled."""
+def run_blocked(blocked, *argv, broken=(), timeout=300):
+    """``kv-canary argv`` in a fresh interpreter where the modules ``blocked`` look uninstalled
+    and the modules ``broken`` are found but fail to import (a mismatched build)."""
     program = textwrap.dedent(
         f"""
-        import sys
+        import importlib.abc, importlib.machinery, sys
         for name in {list(blocked)!r}:
             sys.modules[name] = None  # find_spec answers None, import raises ModuleNotFoundError
+
+        class Broken(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+            def find_spec(self, name, path=None, target=None):
+                if name in {list(broken)!r}:
+                    return importlib.machinery.ModuleSpec(name, self)
+            def create_module(self, spec):
+                raise ImportError(f"simulated broken {{spec.name}}")
+
+        sys.meta_path.insert(0, Broken())
         from kv_canary.cli import main
         sys.exit(main({list(argv)!r}))
         """
     )
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # Without this test process's setup (conftest's XLA_FLAGS, TRITON_INTERPRET), as a shell would run it.
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64", "TRITON_INTERPRET")}
+    env["PYTHONPATH"] = str(ROOT)
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
     assert "Traceback" not in done.stderr, done.stderr
     return done.returncode, done.stdout, done.stderr
@@ -209,6 +221,15 @@ def test_check_without_torch_runs_the_jax_backends_and_counts_the_skip():
     assert list(result["runners"]) == ["jax/xla"]
     assert "pip install -e '.[cpu]'" in result["skipped"]["torch/*"]
     assert result["verdict"] == "OK: 1 backend ran, 1 skipped (torch/*); --strict fails on skips"
+
+
+def test_a_framework_that_does_not_import_is_reported_not_raised():
+    code, out, _ = run_blocked([], "check", "--case", "one_request", broken=["torch", "jax"])
+    assert code == cli.EXIT_NOTHING_RAN
+    assert "skipped torch/*: torch is installed but does not import (ImportError: simulated broken torch)" in out
+    assert "skipped jax/*: jax is installed but does not import (ImportError: simulated broken jax)" in out
+    code, _, err = run_blocked([], "bench", broken=["torch"])
+    assert code == cli.EXIT_NOTHING_RAN and "torch is installed but does not import" in err
 
 
 @pytest.mark.parametrize("as_json", [False, True])
