@@ -48,7 +48,10 @@ def run_blocked(blocked, *argv, broken=(), timeout=300):
                 if name in {list(broken)!r}:
                     return importlib.machinery.ModuleSpec(name, self)
             def create_module(self, spec):
-                raise ImportError(f"simulated broken {{spec.name}}")
+                return None  # the default module object
+
+            def exec_module(self, module):
+                raise ImportError(f"simulated broken {{module.__name__}}")
 
         sys.meta_path.insert(0, Broken())
         from kv_canary.cli import main
