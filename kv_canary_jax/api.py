@@ -16,8 +16,9 @@ write, no copy).
 Order of events, all before any computation: argument checks on shapes,
 dtypes and devices (``arguments``; at trace time under ``jit``), then the
 implementation choice (``implementations``), then ``check_values`` must be a
-bool (``bool`` or ``numpy.bool_``, else the spec's ``TypeError``), then, with ``check_values=True``
-on concrete arrays, the value rules on the host (``checked.raise_eagerly``).
+bool (``bool`` or ``numpy.bool_``, else the spec's ``TypeError``), then, with
+``check_values=True`` on concrete arrays, the value rules on the host
+(``checked.raise_eagerly``).
 Every error is the spec's exception with the spec's message; a failed call
 leaves ``pool_out`` as it was (and never deletes it).
 
@@ -96,8 +97,8 @@ def prepare(values, platform, implementation, interpret: bool, check_values: boo
     Raises the implementation errors, then the spec's ``TypeError`` when
     ``check_values`` is not a bool (``shared_spec.checks.require_bool``), then
     (concrete offsets and rows with ``check_values``) the checked mode's first
-    violation. ``staged`` is True
-    when the rules must run inside the computation (traced offsets or rows).
+    violation. ``staged`` is True when the rules must run inside the
+    computation (traced offsets or rows).
     """
     plan = implementations.plan(implementation, platform, interpret)
     flat_in, offsets, rows, pool = values

@@ -17,7 +17,7 @@ data.
 - ``"pallas"``: the JAX frontend's Pallas kernel on these tensors, moved
   through DLPack (``pallas_backend``): CUDA tensors run the compiled kernel,
   CPU tensors Pallas' interpreter. Needs jax installed (not x64: the backend
-  enables it for its own call only, ``pallas_backend.x64_enabled``).
+  enables it for its own call only, ``pallas_backend.x64_scope``).
 
 Answers are cached per ``(backend, device type)``; under ``torch.compile`` the
 cache lookup is a constant dict read that Dynamo traces, and ``_triton_reason``

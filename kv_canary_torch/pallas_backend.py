@@ -13,7 +13,7 @@ kernels on the same memory (conformance), not for speed.
 
 x64: JAX holds int64 arrays only with x64 enabled. A torch caller should not
 have to touch JAX's configuration, so the call runs inside JAX's thread-local
-x64 context (``x64_enabled``) whatever the global flag says, and the global
+x64 context (``x64_scope``) whatever the global flag says, and the global
 flag is never changed.
 """
 
@@ -26,7 +26,7 @@ import torch
 from kv_canary import bridge
 
 
-def x64_enabled() -> contextlib.AbstractContextManager:
+def x64_scope() -> contextlib.AbstractContextManager:
     """A context in which JAX has x64 on for this thread only (the global flag untouched).
 
     ``jax.enable_x64(True)`` (JAX 0.10 and 0.11: a configuration state, called
@@ -47,7 +47,7 @@ def scatter(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torc
     """Run the Pallas kernel on these tensors and leave the result in ``pool_out``."""
     from kv_canary_jax import scatter_req_token_ids
 
-    with x64_enabled():
+    with x64_scope():
         # copy_ok: a strided view (a column slice of a wider pool) or an unaligned
         # slice cannot cross as it is; this backend copies the pool anyway.
         arrays = [bridge.to_jax(t, copy_ok=True) for t in (flat_in, offsets, req_pool_indices, pool_out)]
