@@ -15,8 +15,10 @@ write, no copy).
 
 Order of events, all before any computation: argument checks on shapes,
 dtypes and devices (``arguments``; at trace time under ``jit``), then the
-implementation choice (``implementations``), then, with ``check_values=True``
-on concrete arrays, the value rules on the host (``checked.raise_eagerly``).
+implementation choice (``implementations``), then ``check_values`` must be a
+bool (``bool`` or ``numpy.bool_``, else the spec's ``TypeError``), then, with
+``check_values=True`` on concrete arrays, the value rules on the host
+(``checked.raise_eagerly``).
 Every error is the spec's exception with the spec's message; a failed call
 leaves ``pool_out`` as it was (and never deletes it).
 
@@ -55,6 +57,7 @@ import jax
 from jax import lax
 
 from kv_canary_jax import arguments, checked, implementations, inputs, platforms, sharded, xla
+from shared_spec.checks import require_bool
 
 
 def scatter_req_token_ids(
@@ -74,7 +77,7 @@ def scatter_req_token_ids(
     kernels (``"pallas"``, ``"mosaic"``) in the Pallas interpreter (any
     platform). ``check_values``: enforce the value rules of
     ``shared_spec.values`` (offsets non-decreasing from 0 up to ``len(flat_in)``,
-    rows in range and distinct) before writing.
+    rows in range and distinct) before writing; a bool (or ``numpy.bool_``).
     """
     if sharded.row_layout(pool_out) is not None:  # split by rows over several devices: one kernel per device
         return sharded.scatter_req_token_ids_sharded(
@@ -91,13 +94,15 @@ def scatter_req_token_ids(
 def prepare(values, platform, implementation, interpret: bool, check_values: bool):
     """``(plan, staged)`` for checked arguments: what runs, and whether the value rules are staged.
 
-    Raises the implementation errors, then (concrete offsets and rows with
-    ``check_values``) the checked mode's first violation. ``staged`` is True
-    when the rules must run inside the computation (traced offsets or rows).
+    Raises the implementation errors, then the spec's ``TypeError`` when
+    ``check_values`` is not a bool (``shared_spec.checks.require_bool``), then
+    (concrete offsets and rows with ``check_values``) the checked mode's first
+    violation. ``staged`` is True when the rules must run inside the
+    computation (traced offsets or rows).
     """
     plan = implementations.plan(implementation, platform, interpret)
     flat_in, offsets, rows, pool = values
-    if not check_values:
+    if not require_bool("check_values", check_values):
         return plan, False
     if platforms.is_tracer(offsets) or platforms.is_tracer(rows):
         return plan, True

@@ -16,8 +16,8 @@ data.
 - ``"torch"``: any device torch runs on.
 - ``"pallas"``: the JAX frontend's Pallas kernel on these tensors, moved
   through DLPack (``pallas_backend``): CUDA tensors run the compiled kernel,
-  CPU tensors Pallas' interpreter. Needs jax with x64 enabled, which can change
-  at run time, so that answer is never cached.
+  CPU tensors Pallas' interpreter. Needs jax installed (not x64: the backend
+  enables it for its own call only, ``pallas_backend.x64_scope``).
 
 Answers are cached per ``(backend, device type)``; under ``torch.compile`` the
 cache lookup is a constant dict read that Dynamo traces, and ``_triton_reason``
@@ -66,23 +66,13 @@ def _resolve_uncached(backend: str, device_type: str) -> tuple[str | None, str |
     return (TRITON, None) if device_type == "cuda" and _HAVE_TRITON else (TORCH, None)
 
 
-def _pallas_reason() -> str | None:
-    """Why the Pallas kernel cannot run on torch tensors here (None: it can)."""
-    if not _HAVE_JAX:
-        return errors.PALLAS_NEEDS_JAX
-    import jax
-
-    return None if jax.config.jax_enable_x64 else errors.PALLAS_NEEDS_X64
-
-
 def resolve(backend, pool_out: torch.Tensor) -> str:
     """The implementation to run for ``backend`` on ``pool_out``'s device, or raise."""
     if backend not in BACKENDS:  # tuple membership: safe for unhashable values
         raise errors.choice_error("backend", backend, BACKENDS)
     if backend == PALLAS:
-        reason = _pallas_reason()
-        if reason is not None:
-            raise errors.unavailable_error("backend", backend, reason)
+        if not _HAVE_JAX:
+            raise errors.unavailable_error("backend", backend, errors.PALLAS_NEEDS_JAX)
         return PALLAS
     key = (backend, "cuda" if pool_out.is_cuda else pool_out.device.type)
     found = _resolved.get(key)

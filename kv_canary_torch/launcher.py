@@ -7,12 +7,14 @@ Errors are raised before anything is written, in this order:
    numpy arrays are accepted through DLPack (``foreign``, ``kv_canary.bridge``),
    except as ``pool_out`` for JAX (immutable);
 2. the backend (``backends.resolve``: unknown name, or not runnable here);
-3. the checked mode's value rules when ``check_values=True`` (a host copy of
+3. ``check_values`` is a bool (``shared_spec.checks.require_bool``: ``bool`` or
+   ``numpy.bool_``; anything else is the spec's ``TypeError``);
+4. the checked mode's value rules when ``check_values=True`` (a host copy of
    ``offsets`` and ``req_pool_indices``: a sync on CUDA).
 
 Eager calls go straight to ``op.run``. Under ``torch.compile`` Dynamo traces
-steps 1 and 2 (plain tensor metadata, folded into guards) and records the call
-to the ``kv_canary::scatter_req_token_ids`` custom op, which runs step 3 and the
+steps 1 to 3 (plain tensor metadata, folded into guards) and records the call
+to the ``kv_canary::scatter_req_token_ids`` custom op, which runs step 4 and the
 kernel inside the compiled graph: ``fullgraph=True`` holds.
 """
 
@@ -22,6 +24,7 @@ import torch
 
 from kv_canary_torch import backends, op
 from kv_canary_torch.checks import adopt_arguments, fast_check
+from shared_spec.checks import require_bool
 
 _is_compiling = torch.compiler.is_compiling
 _run = op.run
@@ -45,15 +48,17 @@ def launch_scatter_req_token_ids_kernel(
     ``backend``: ``"auto"`` (Triton for CUDA tensors, torch otherwise),
     ``"triton"``, ``"torch"``, or ``"pallas"`` (the JAX frontend's kernel on these
     tensors, for conformance). ``check_values=True`` also enforces the value
-    rules of ``shared_spec.values`` (one host sync).
+    rules of ``shared_spec.values`` (one host sync); it must be a bool.
     """
     if not fast_check(flat_in, offsets, req_pool_indices, pool_out):
         # A failing check raises here; another framework's arrays come back as tensors.
         flat_in, offsets, req_pool_indices, pool_out = adopt_arguments(flat_in, offsets, req_pool_indices, pool_out)
     implementation = _resolve(backend, pool_out)
+    if check_values is not False and check_values is not True:  # two identity tests on the hot path
+        check_values = require_bool("check_values", check_values)
     if _is_compiling():
         torch.ops.kv_canary.scatter_req_token_ids(
-            flat_in, offsets, req_pool_indices, pool_out, bool(check_values), implementation
+            flat_in, offsets, req_pool_indices, pool_out, check_values, implementation
         )
     else:
         _run(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation)

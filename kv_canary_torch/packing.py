@@ -5,9 +5,12 @@ int64 CPU tensors: ``flat_in``, the requests' ids concatenated in order, and
 ``offsets`` of length ``len(token_lists) + 1`` with ``offsets[0] == 0`` and
 ``offsets[r+1] - offsets[r] == len(token_lists[r])`` -- exactly what the
 launcher takes. Each entry is a list/tuple of ints, a 1-D integer numpy array or
-a 1-D integer tensor (any device; copied to the host). Values are converted to
-int64 (unsigned values above 2**63 - 1 wrap; the kernel keeps the low 32 bits
-anyway). Anything else raises ``KvCanaryTypeError`` (``PACK_NOT_TOKEN_IDS``).
+a 1-D integer tensor (any device; copied to the host). Every token id must fit
+in int64: the first one that does not (a Python int of 2**63 or more, or below
+-2**63; an unsigned array value above 2**63 - 1) raises ``KvCanaryValueError``
+(``PACK_OUT_OF_RANGE``, naming the request, the position and the value).
+Anything that is not a 1-D sequence of integers raises ``KvCanaryTypeError``
+(``PACK_NOT_TOKEN_IDS``). Nothing is returned on an error.
 
 Cost: one conversion per request (a C loop inside numpy), one concatenate and
 one cumsum; no Python loop per token. ``pin_memory=True`` returns page-locked
@@ -24,9 +27,30 @@ import torch
 
 from shared_spec import errors
 
+INT64 = np.iinfo(np.int64)
+
+
+def _out_of_range(ids, array: np.ndarray) -> tuple[int, int] | None:
+    """``(position, value)`` of the first token id no int64 holds, or None.
+
+    Two ways a sequence of integers escapes int64: an unsigned array with a
+    value above its maximum, and Python ints beyond it, for which numpy infers
+    float64 (losing the value) or object; only those go through a Python loop.
+    """
+    if array.dtype == np.uint64:
+        above = np.flatnonzero(array > INT64.max)
+        return (int(above[0]), int(array[above[0]])) if above.size else None
+    if array.dtype.kind in "fO" and not isinstance(ids, np.ndarray):
+        values = list(ids)
+        if all(isinstance(v, (int, np.integer)) for v in values):
+            for position, value in enumerate(values):
+                if not INT64.min <= value <= INT64.max:
+                    return position, int(value)
+    return None
+
 
 def _as_ids(index: int, ids) -> np.ndarray:
-    """One request's ids as a 1-D int64 numpy array, or KvCanaryTypeError."""
+    """One request's ids as a 1-D int64 numpy array; KvCanaryValueError or KvCanaryTypeError otherwise."""
     kind = type(ids).__name__
     if isinstance(ids, torch.Tensor):
         ids = ids.detach().cpu().numpy()
@@ -34,6 +58,13 @@ def _as_ids(index: int, ids) -> np.ndarray:
         array = np.asarray(ids)
     except (TypeError, ValueError):  # ragged nesting and the like
         array = None
+    if array is not None and array.ndim == 1:
+        found = _out_of_range(ids, array)
+        if found is not None:
+            position, value = found
+            raise errors.value_error(
+                errors.PACK_OUT_OF_RANGE, index=index, position=position, value=value, low=INT64.min, high=INT64.max
+            )
     if array is None or array.ndim != 1 or (array.dtype.kind not in "iu" and array.size > 0):
         what = kind if array is None else f"{kind} of shape {array.shape} and dtype {array.dtype.name}"
         raise errors.type_error(errors.PACK_NOT_TOKEN_IDS, index=index, what=what)

@@ -14,6 +14,8 @@ import dataclasses
 import math
 from typing import Callable, Mapping
 
+import numpy as np
+
 from shared_spec import errors
 from shared_spec.arguments import ARGUMENTS, ARGUMENT_NAMES, OUTPUT, format_shape
 
@@ -84,6 +86,20 @@ def raise_first_error(views: Mapping[str, ArrayView | NotAnArray]) -> None:
     error = first_error(views)
     if error is not None:
         raise error
+
+
+def require_bool(option: str, value) -> bool:
+    """``value`` as a Python ``bool``; the spec's ``TypeError`` (``errors.NOT_A_BOOL``) otherwise.
+
+    For flags such as ``check_values``. ``bool`` and ``numpy.bool_`` (what a
+    numpy comparison gives) are accepted; ints, strings, arrays and everything
+    else are refused, so a truthy ``"yes"`` or ``1`` never switches a mode on.
+    """
+    if value is True or value is False:
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    raise errors.type_error(errors.NOT_A_BOOL, option=option, type_name=type(value).__name__)
 
 
 def cells_overlap(shape, strides) -> bool:

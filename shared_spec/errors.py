@@ -28,6 +28,8 @@ WRONG_DTYPE = PREFIX + " {arg} must be {dtype}, got {got}"
 OFFSETS_LENGTH = PREFIX + " offsets length {length} != bs+1 ({expected})"
 DEVICE_MISMATCH = PREFIX + " {arg} is on {device} but pool_out is on {pool_device}; all arrays must be on one device"
 NOT_WRITABLE = PREFIX + " pool_out cannot be written in place: {reason}"
+# check_values= is not a bool (checks.require_bool; after the choice of backend/implementation).
+NOT_A_BOOL = PREFIX + " {option} must be a bool, got {type_name}"
 
 # The reasons NOT_WRITABLE may give (a frontend picks one, never writes its own).
 WRITE_IMMUTABLE = "it is an immutable {type_name}; pass a writable tensor"
@@ -58,12 +60,8 @@ BRIDGE_X64 = "kv-canary: cannot move an int64 array into JAX while jax_enable_x6
 BRIDGE_REFUSED = "kv-canary: cannot move a {source} array of shape {shape}, dtype {dtype} into {target} without a copy: {reason}"
 BRIDGE_COPIED = "the imported array does not share the source's memory"
 BRIDGE_UNKNOWN = "kv-canary: cannot move a {type_name} into {target}: it is neither a torch tensor nor a JAX array nor exports DLPack"
-# Reasons for CHOICE_UNAVAILABLE (backend="pallas" of the torch frontend: the JAX kernel on torch memory).
+# Reason for CHOICE_UNAVAILABLE (backend="pallas" of the torch frontend: the JAX kernel on torch memory).
 PALLAS_NEEDS_JAX = "jax is not installed; install jax (and jaxlib) or pass another backend"
-PALLAS_NEEDS_X64 = (
-    "JAX holds int64 arrays only with x64 enabled (jax.config.update('jax_enable_x64', True)); "
-    "the library never changes it"
-)
 
 
 def type_error(template: str, **fields) -> KvCanaryTypeError:
@@ -94,6 +92,10 @@ TRITON_NEEDS_CUDA = (
 # pack_token_ids: one request's token ids are not a 1-D sequence of integers.
 PACK_NOT_TOKEN_IDS = (
     "kv-canary: pack_token_ids token_lists[{index}] must be a 1-D sequence of integers, got {what}"
+)
+# pack_token_ids: a token id that no int64 holds ({low} and {high} are the int64 bounds).
+PACK_OUT_OF_RANGE = (
+    "kv-canary: pack_token_ids token_lists[{index}][{position}] = {value} is outside the int64 range [{low}, {high}]"
 )
 
 # JAX frontend

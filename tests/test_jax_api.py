@@ -374,3 +374,14 @@ def test_wide_pool_few_tokens_negative_start(implementation, interpret):
     pool = sentinel_pool(4, width, 17)
     out = scatter_fn(implementation, interpret)(flat_in, offsets, rows, pool)
     assert_same_pool(np.asarray(out), scatter_reference(flat_in, offsets, rows, pool))
+
+
+def test_a_list_of_implementations_works_under_jit_when_it_is_not_a_jit_argument():
+    """A list is unhashable, so it cannot be a static argument of ``jax.jit`` (JAX refuses it;
+    the README passes a tuple there), but closed over it becomes a hashable plan inside."""
+    b = batch(bs=5, width=4, seed=7)
+    out = jax.jit(scatter_fn(["mosaic", "pallas", "xla"], True))(*as_jax(*b))
+    assert_same_pool(np.asarray(out), scatter_reference(*b))
+    step = jax.jit(scatter_req_token_ids, static_argnames=("implementation", "interpret"))
+    out = step(*as_jax(*b), implementation=("pallas", "xla"), interpret=True)
+    assert_same_pool(np.asarray(out), scatter_reference(*b))

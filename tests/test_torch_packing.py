@@ -91,3 +91,48 @@ def test_packed_requests_feed_the_launcher(backend):
     launch_scatter_req_token_ids_kernel(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=pool, backend=backend)
     np.testing.assert_array_equal(as_numpy(pool), expected)
     assert pool[3, :3].tolist() == [101, 102, 103] and pool[1].tolist() == [200, 201, 202, 203, 204]
+
+
+def out_of_range(index, position, value) -> str:
+    return errors.PACK_OUT_OF_RANGE.format(index=index, position=position, value=value, low=INT64_MIN, high=INT64_MAX)
+
+
+@pytest.mark.parametrize(
+    "token_lists, index, position, value",
+    [
+        ([[2**63, 1]], 0, 0, 2**63),
+        ([[1, 2], [-1, 2**63]], 1, 1, 2**63),
+        ([[5], [INT64_MIN - 1]], 1, 0, INT64_MIN - 1),
+        ([(2**64, 1)], 0, 0, 2**64),
+        ([[10**30]], 0, 0, 10**30),
+        ([np.array([1, 2**63 + 5], dtype=np.uint64)], 0, 1, 2**63 + 5),
+        ([[3], torch.from_numpy(np.array([7, 2**63], dtype=np.uint64))], 1, 1, 2**63),
+    ],
+)
+def test_a_token_id_outside_int64_is_named(token_lists, index, position, value):
+    with pytest.raises(errors.KvCanaryValueError) as info:
+        pack_token_ids(token_lists)
+    assert str(info.value) == out_of_range(index, position, value)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ids=st.lists(st.integers(INT64_MIN, INT64_MAX), max_size=5),
+    bad=st.one_of(st.integers(INT64_MAX + 1, 2**70), st.integers(-(2**70), INT64_MIN - 1)),
+    at=st.integers(0, 5),
+)
+def test_the_first_out_of_range_id_is_named_wherever_it_is(ids, bad, at):
+    at = min(at, len(ids))
+    with pytest.raises(errors.KvCanaryValueError) as info:
+        pack_token_ids([[1], ids[:at] + [bad] + ids[at:]])
+    assert str(info.value) == out_of_range(1, at, bad)
+
+
+def test_the_int64_bounds_themselves_pack():
+    flat_in, _ = pack_token_ids([[INT64_MIN, INT64_MAX], np.array([INT64_MAX], dtype=np.uint64)])
+    assert flat_in.tolist() == [INT64_MIN, INT64_MAX, INT64_MAX]
+
+
+def test_floats_beside_a_huge_int_are_still_not_token_ids():
+    with pytest.raises(errors.KvCanaryTypeError):
+        pack_token_ids([[2**63, 1.5]])
