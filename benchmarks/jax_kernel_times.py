@@ -92,6 +92,7 @@ def main(argv=None) -> None:
     ap.add_argument("--block", action="append", type=int, default=[])
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--events", action="store_true", help="print the event sequence around the first chain")
+    ap.add_argument("--mark", action="store_true", help="print a line before each variant compiles (to attribute compiler dumps)")
     args = ap.parse_args(argv)
     import jax
 
@@ -120,6 +121,8 @@ def main(argv=None) -> None:
                     p = apply(f, o, r, p)
                 return p
 
+            if args.mark:
+                print(f"# compiling {case} {impl} block={block}", flush=True)
             fns = {k: jax.jit(lambda f, o, r, p, k=k: chained(f, o, r, p, k), donate_argnums=3) for k in (1, CHAIN)}
             pools = {k: fns[k](flat_in, offsets, rows, jax.device_put(inputs[3])) for k in fns}
             assert np.array_equal(np.asarray(pools[1]), expected), (case, impl, block)
