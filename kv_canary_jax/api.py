@@ -16,7 +16,7 @@ write, no copy).
 Order of events, all before any computation: argument checks on shapes,
 dtypes and devices (``arguments``; at trace time under ``jit``), then the
 implementation choice (``implementations``), then, with ``check_values=True``
-on concrete arrays, the value rules on the host (``checked.raise_eagerly``).
+on concrete arrays, the value rules on the host (``compute.prepare``).
 Every error is the spec's exception with the spec's message; a failed call
 leaves ``pool_out`` as it was (and never deletes it).
 
@@ -49,12 +49,10 @@ runs once per example (its own rule: Mosaic GPU lowers no batched grid). With
 
 from __future__ import annotations
 
-import functools
-
 import jax
-from jax import lax
 
-from kv_canary_jax import arguments, checked, implementations, inputs, pallas_triton, platforms, sharded, xla
+from kv_canary_arrays.adopt import jax_input
+from kv_canary_jax import arguments, compute, platforms, sharded
 
 
 def scatter_req_token_ids(
@@ -83,26 +81,9 @@ def scatter_req_token_ids(
         )
     values = arguments.check_arguments(flat_in, offsets, req_pool_indices, pool_out)
     device, platform = _placement(values)
-    plan, staged = prepare(values, platform, implementation, bool(interpret), check_values)
-    arrays = [inputs.materialize(v, device) for v in values]
-    return _scatter(*arrays, plan=plan, interpret=bool(interpret), staged=staged)
-
-
-def prepare(values, platform, implementation, interpret: bool, check_values: bool):
-    """``(plan, staged)`` for checked arguments: what runs, and whether the value rules are staged.
-
-    Raises the implementation errors, then (concrete offsets and rows with
-    ``check_values``) the checked mode's first violation. ``staged`` is True
-    when the rules must run inside the computation (traced offsets or rows).
-    """
-    plan = implementations.plan(implementation, platform, interpret)
-    flat_in, offsets, rows, pool = values
-    if not check_values:
-        return plan, False
-    if platforms.is_tracer(offsets) or platforms.is_tracer(rows):
-        return plan, True
-    checked.raise_eagerly(offsets, rows, flat_in.shape[0], pool.shape[0])
-    return plan, False
+    plan, staged = compute.prepare(values, platform, implementation, bool(interpret), check_values)
+    arrays = [jax_input(v, device) for v in values]
+    return compute.scatter(*arrays, plan=plan, interpret=bool(interpret), staged=staged)
 
 
 def _placement(values) -> tuple[object | None, str | None]:
@@ -120,29 +101,3 @@ def _placement(values) -> tuple[object | None, str | None]:
         device = platforms.single_device(x)
         return device, platforms.platform(next(iter(x.devices())))
     return None, (None if traced else platforms.default_platform())
-
-
-def _implementation(name: str, interpret: bool):
-    if name == implementations.PALLAS:
-        return functools.partial(pallas_triton.scatter, interpret=interpret)
-    if name == implementations.MOSAIC:
-        # Imported here: jax.experimental.pallas.mosaic_gpu may not import (implementations says why).
-        from kv_canary_jax import pallas_mosaic_gpu
-
-        return functools.partial(pallas_mosaic_gpu.scatter, interpret=interpret)
-    return xla.scatter
-
-
-@functools.partial(jax.jit, static_argnames=("plan", "interpret", "staged"))
-def _scatter(flat_in, offsets, rows, pool, *, plan, interpret, staged):
-    def write(flat_in, offsets, rows, pool):
-        if len(plan) == 1 and plan[0][0] is None:
-            return _implementation(plan[0][1], interpret)(flat_in, offsets, rows, pool)
-        per_platform = {p: _implementation(name, interpret) for p, name in plan if p is not None}
-        default = next((_implementation(name, interpret) for p, name in plan if p is None), None)
-        return lax.platform_dependent(flat_in, offsets, rows, pool, default=default, **per_platform)
-
-    if not staged:
-        return write(flat_in, offsets, rows, pool)
-    ok = checked.staged_checks(offsets, rows, flat_in.shape[0], pool.shape[0])
-    return lax.cond(ok, write, lambda *args: args[3], flat_in, offsets, rows, pool)

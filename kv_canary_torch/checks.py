@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import torch
 
-from kv_canary import bridge
-from kv_canary_torch import foreign
-from shared_spec import errors
+from kv_canary_arrays import adopt
+from kv_canary_arrays.describe import TORCH, describe
 from shared_spec.arguments import ARGUMENT_NAMES, OUTPUT
-from shared_spec.checks import ArrayView, Dialect, NotAnArray, cells_overlap, compile_fast_check, raise_first_error
+from shared_spec.checks import Dialect, cells_overlap, compile_fast_check, raise_first_error
 
 
 def writable(pool: torch.Tensor) -> bool:
@@ -66,45 +65,26 @@ TORCH_DIALECT = Dialect(
 fast_check = compile_fast_check(TORCH_DIALECT)
 
 
-def device_name(tensor: torch.Tensor) -> str:
-    """Canonical device name: ``cpu``, ``cuda:0`` (torch always gives CUDA tensors an index)."""
-    return str(tensor.device)
-
-
-def describe(value, *, written: bool = False) -> ArrayView | NotAnArray:
-    """What the spec's checker needs to know of one argument (``written``: it is pool_out)."""
-    if not isinstance(value, torch.Tensor):
-        return NotAnArray(type(value).__name__)
-    problem = None
-    if written and value.dim() == 2 and not writable(value):
-        problem = errors.WRITE_OVERLAP.format(strides=tuple(value.stride()))
-    return ArrayView(
-        shape=tuple(value.shape),
-        dtype=str(value.dtype).removeprefix("torch."),
-        device=device_name(value),
-        write_problem=problem,
-    )
-
-
 def adopt_arguments(flat_in, offsets, req_pool_indices, pool_out) -> tuple[torch.Tensor, ...]:
     """The slow path: raise the spec's first error, or return the arguments as torch tensors.
 
     Reached when ``fast_check`` is False: either a check fails (raised here with
-    the spec's message), or some argument is another framework's array (a JAX
-    array, a numpy array), described by ``foreign.describe`` and, once every
-    check passes, imported zero-copy through ``kv_canary.bridge.to_torch``. A
-    JAX ``pool_out`` fails the writable check: JAX arrays are immutable.
+    the spec's message, nothing written or copied), or some argument is another
+    framework's array (a JAX array, a numpy array). Every argument is described
+    by ``kv_canary_arrays.describe`` for this frontend; once every check passes,
+    the read-only ones become tensors on ``pool_out``'s device
+    (``adopt.torch_input``: zero-copy, or one copy where DLPack cannot share
+    them) and ``pool_out`` a tensor over its own memory (``adopt.torch_output``).
+    A JAX ``pool_out`` fails the writable check: JAX arrays are immutable.
     """
     values = (flat_in, offsets, req_pool_indices, pool_out)
-    views = {}
-    for name, value in zip(ARGUMENT_NAMES, values):
-        written = name == OUTPUT
-        views[name] = describe(value, written=written) if isinstance(value, torch.Tensor) else foreign.describe(value, written=written)
+    views = {name: describe(value, frontend=TORCH, written=name == OUTPUT) for name, value in zip(ARGUMENT_NAMES, values)}
     raise_first_error(views)
     if all(isinstance(value, torch.Tensor) for value in values):
         # fast_check and first_error disagree: a bug in this module, never silently ignored.
         raise AssertionError(f"kv-canary: fast_check rejected arguments that first_error accepts: {views}")
-    return tuple(bridge.to_torch(value) for value in values)
+    pool = adopt.torch_output(pool_out)
+    return (*(adopt.torch_input(value, pool.device) for value in values[:3]), pool)
 
 
 def check_arguments(flat_in, offsets, req_pool_indices, pool_out) -> tuple[torch.Tensor, ...]:

@@ -4,8 +4,9 @@ Contract: keyword-only arguments, ``pool_out`` written in place, returns None.
 Errors are raised before anything is written, in this order:
 
 1. the argument checks (``checks``: the spec's order and messages); JAX and
-   numpy arrays are accepted through DLPack (``foreign``, ``kv_canary.bridge``),
-   except as ``pool_out`` for JAX (immutable);
+   numpy arrays are accepted (``kv_canary_arrays``: zero-copy through DLPack,
+   one copy of a read-only argument DLPack cannot share), except as
+   ``pool_out`` for JAX (immutable);
 2. the backend (``backends.resolve``: unknown name, or not runnable here);
 3. the checked mode's value rules when ``check_values=True`` (a host copy of
    ``offsets`` and ``req_pool_indices``: a sync on CUDA).
