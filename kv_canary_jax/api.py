@@ -20,10 +20,13 @@ on concrete arrays, the value rules on the host (``compute.prepare``).
 Every error is the spec's exception with the spec's message; a failed call
 leaves ``pool_out`` as it was (and never deletes it).
 
-Arguments may be ``jax.Array`` (concrete or traced) or ``numpy.ndarray``
-(host data, copied to pool_out's device; see ``inputs`` for how each is
-described: with x64 disabled every int64 argument fails its dtype check,
-carrying ``errors.X64_NOTE``; the library never changes ``jax_enable_x64``).
+Arguments may be ``jax.Array`` (concrete or traced), ``numpy.ndarray`` (host
+data, copied to pool_out's device) or, outside ``jit``, ``torch.Tensor``
+(zero-copy on its own device where JAX can import it, one copy where it
+cannot: strided or unaligned tensors); ``kv_canary_arrays.describe`` says how
+each is described: with x64 disabled every int64 argument, whatever its
+framework, fails its dtype check carrying ``errors.X64_NOTE``; the library
+never changes ``jax_enable_x64``.
 Devices are compared for single-device arrays; an array sharded over several
 devices has no one device to compare and is left to JAX.
 
@@ -35,8 +38,11 @@ raises ``errors.CHECK_VALUES_UNTRACEABLE`` (see ``checked`` for why this cannot
 be caught while tracing). ``err.get()`` is the eager message plus checkify's
 `` (`check` failed)``; ``error_from_checkify(err)`` gives the eager exception.
 When a staged rule fails nothing is written: the returned pool equals
-``pool_out``. Concrete ``offsets`` and ``req_pool_indices`` (also as
-constants inside ``jit``) are checked on the host and raise immediately.
+``pool_out``. Concrete ``offsets`` and ``req_pool_indices`` are checked on the
+host and raise immediately: arrays passed outside ``jit``, and numpy arrays
+closed over inside ``jit`` (they stay numpy arrays while tracing). A JAX array
+made inside ``jit`` is a tracer even when built from a constant
+(``jnp.asarray(const)``), so its rules are staged like any traced argument's.
 
 ``jax.vmap`` is supported, over any of the arguments (e.g. one batch written
 into a stack of pools, ``in_axes=(None, None, None, 0)``): the checks see one

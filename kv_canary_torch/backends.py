@@ -30,6 +30,7 @@ import importlib.util
 
 import torch
 
+from kv_canary_arrays.describe import jax_x64_enabled
 from shared_spec import errors
 
 BACKENDS: tuple[str, ...] = ("auto", "triton", "torch", "pallas")
@@ -70,9 +71,7 @@ def _pallas_reason() -> str | None:
     """Why the Pallas kernel cannot run on torch tensors here (None: it can)."""
     if not _HAVE_JAX:
         return errors.PALLAS_NEEDS_JAX
-    import jax
-
-    return None if jax.config.jax_enable_x64 else errors.PALLAS_NEEDS_X64
+    return None if jax_x64_enabled() else errors.PALLAS_NEEDS_X64
 
 
 def resolve(backend, pool_out: torch.Tensor) -> str:
