@@ -26,7 +26,7 @@ import torch
 from kv_canary_arrays import adopt
 from kv_canary_arrays.describe import TORCH, describe
 from shared_spec.arguments import ARGUMENT_NAMES, OUTPUT
-from shared_spec.checks import Dialect, cells_overlap, compile_fast_check, raise_first_error
+from shared_spec.checks import Dialect, cells_overlap, compile_fast_check, first_error
 
 
 def writable(pool: torch.Tensor) -> bool:
@@ -65,6 +65,16 @@ TORCH_DIALECT = Dialect(
 fast_check = compile_fast_check(TORCH_DIALECT)
 
 
+def argument_error(flat_in, offsets, req_pool_indices, pool_out) -> Exception | None:
+    """The spec's first argument error for these arguments (None: every check passes); raises nothing.
+
+    Plain attribute reads and string formatting, so TorchDynamo traces it too
+    (the launcher records the error into a compiled graph; see ``launcher``).
+    """
+    values = (flat_in, offsets, req_pool_indices, pool_out)
+    return first_error({name: describe(value, frontend=TORCH, written=name == OUTPUT) for name, value in zip(ARGUMENT_NAMES, values)})
+
+
 def adopt_arguments(flat_in, offsets, req_pool_indices, pool_out) -> tuple[torch.Tensor, ...]:
     """The slow path: raise the spec's first error, or return the arguments as torch tensors.
 
@@ -78,11 +88,12 @@ def adopt_arguments(flat_in, offsets, req_pool_indices, pool_out) -> tuple[torch
     A JAX ``pool_out`` fails the writable check: JAX arrays are immutable.
     """
     values = (flat_in, offsets, req_pool_indices, pool_out)
-    views = {name: describe(value, frontend=TORCH, written=name == OUTPUT) for name, value in zip(ARGUMENT_NAMES, values)}
-    raise_first_error(views)
+    error = argument_error(*values)
+    if error is not None:
+        raise error
     if all(isinstance(value, torch.Tensor) for value in values):
         # fast_check and first_error disagree: a bug in this module, never silently ignored.
-        raise AssertionError(f"kv-canary: fast_check rejected arguments that first_error accepts: {views}")
+        raise AssertionError("kv-canary: fast_check rejected arguments that first_error accepts")
     pool = adopt.torch_output(pool_out)
     return (*(adopt.torch_input(value, pool.device) for value in values[:3]), pool)
 

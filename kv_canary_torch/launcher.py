@@ -14,7 +14,11 @@ Errors are raised before anything is written, in this order:
 Eager calls go straight to ``op.run``. Under ``torch.compile`` Dynamo traces
 steps 1 and 2 (plain tensor metadata, folded into guards) and records the call
 to the ``kv_canary::scatter_req_token_ids`` custom op, which runs step 3 and the
-kernel inside the compiled graph: ``fullgraph=True`` holds.
+kernel inside the compiled graph: ``fullgraph=True`` holds. An error of steps 1
+or 2 is recorded into the graph too (``op.record_error``) and raised, the
+spec's exception as it is, when the graph runs, before the kernel; an exception
+raised while tracing would reach a ``fullgraph=True`` caller only as the
+``__cause__`` of Dynamo's ``Unsupported``.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from kv_canary_torch import backends, op
-from kv_canary_torch.checks import adopt_arguments, fast_check
+from kv_canary_torch.checks import adopt_arguments, argument_error, fast_check
 
 _is_compiling = torch.compiler.is_compiling
 _run = op.run
@@ -48,13 +52,27 @@ def launch_scatter_req_token_ids_kernel(
     tensors, for conformance). ``check_values=True`` also enforces the value
     rules of ``shared_spec.values`` (one host sync).
     """
+    if _is_compiling():
+        _compiled(flat_in, offsets, req_pool_indices, pool_out, check_values, backend)
+        return
     if not fast_check(flat_in, offsets, req_pool_indices, pool_out):
         # A failing check raises here; another framework's arrays come back as tensors.
         flat_in, offsets, req_pool_indices, pool_out = adopt_arguments(flat_in, offsets, req_pool_indices, pool_out)
-    implementation = _resolve(backend, pool_out)
-    if _is_compiling():
-        torch.ops.kv_canary.scatter_req_token_ids(
-            flat_in, offsets, req_pool_indices, pool_out, bool(check_values), implementation
-        )
-    else:
-        _run(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation)
+    _run(flat_in, offsets, req_pool_indices, pool_out, check_values, _resolve(backend, pool_out))
+
+
+def _compiled(flat_in, offsets, req_pool_indices, pool_out, check_values, backend) -> None:
+    """The launcher as TorchDynamo traces it: the same steps, errors recorded into the graph (``op.record_error``)."""
+    arguments = (flat_in, offsets, req_pool_indices, pool_out)
+    if not fast_check(*arguments):
+        error = argument_error(*arguments)
+        if error is not None:
+            op.record_error(error, (pool_out, flat_in, offsets, req_pool_indices))
+            return
+        flat_in, offsets, req_pool_indices, pool_out = adopt_arguments(*arguments)
+    try:
+        implementation = _resolve(backend, pool_out)
+    except ValueError as error:  # the spec's backend errors (KvCanaryValueError)
+        op.record_error(error, (pool_out, flat_in, offsets, req_pool_indices))
+        return
+    torch.ops.kv_canary.scatter_req_token_ids(flat_in, offsets, req_pool_indices, pool_out, bool(check_values), implementation)

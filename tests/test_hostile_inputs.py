@@ -330,3 +330,38 @@ def test_malformed_foreign_arguments_get_one_error_in_both_frontends(bad, name):
     jax_args = [jnp.asarray(a) for a in (FLAT_IN, OFFSETS, ROWS, _pool())]
     torch_args[position] = jax_args[position] = bad
     _same_error_in_both(torch_args, jax_args)
+
+
+# -- 9. torch.compile(fullgraph=True): the spec's exception reaches the caller as it is ---------
+
+
+def _compiled_bad_calls():
+    flat, offsets, rows = (torch.from_numpy(a) for a in (FLAT_IN, OFFSETS, ROWS))
+    return [
+        ("dtype", (flat.to(torch.int32), offsets, rows, torch.from_numpy(_pool()), "torch")),
+        ("rank", (flat, offsets, rows, torch.from_numpy(_pool()).reshape(-1), "torch")),
+        ("overlap", (flat, offsets, rows, torch.from_numpy(_pool()[:1]).expand(4, -1), "torch")),
+        ("not-an-array", (flat, [0, 3, 10, 12], rows, torch.from_numpy(_pool()), "torch")),
+        ("backend", (flat, offsets, rows, torch.from_numpy(_pool()), "nope")),
+    ]
+
+
+@pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
+def test_argument_errors_reach_a_fullgraph_caller_as_the_specs_exception(compiler):
+    def caller(flat_in, offsets, rows, pool, backend):
+        launch_scatter_req_token_ids_kernel(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=pool, backend=backend)
+        return pool.sum() if isinstance(pool, torch.Tensor) else None
+
+    calls = _compiled_bad_calls() if compiler == "aot_eager" else _compiled_bad_calls()[:1]  # Inductor compiles are slow here
+    for name, args in calls:
+        torch._dynamo.reset()
+        with pytest.raises((errors.KvCanaryTypeError, errors.KvCanaryValueError)) as eager:
+            caller(*args)
+        compiled = torch.compile(caller, fullgraph=True, backend=compiler)
+        for _ in range(2):  # the first call traces, the second runs the cached graph
+            before = args[3].clone()
+            with pytest.raises(type(eager.value)) as raised:
+                compiled(*args)
+            assert type(raised.value) is type(eager.value) and str(raised.value) == str(eager.value), name
+            assert torch.equal(args[3], before)
+    torch._dynamo.reset()
