@@ -28,6 +28,7 @@ Contract (every argument has passed the checks of ``shared_spec.checks`` as
 from __future__ import annotations
 
 from kv_canary_arrays import bridge
+from kv_canary_arrays.describe import negative_strides
 from kv_canary_arrays.frameworks import is_jax, is_numpy, is_torch
 from shared_spec import errors
 
@@ -38,8 +39,7 @@ def _native(x):
     """A numpy array DLPack and JAX take as they are: ``x`` itself, or one native, aligned, C-ordered copy."""
     import numpy as np
 
-    negative = any(s < 0 and n > 1 for s, n in zip(x.strides, x.shape))
-    if x.dtype.isnative and x.flags.aligned and not negative:
+    if x.dtype.isnative and x.flags.aligned and not negative_strides(x):
         return x
     return np.array(x, dtype=x.dtype.newbyteorder("="), order="C")
 

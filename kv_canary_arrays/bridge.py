@@ -14,7 +14,7 @@ strides, and its DLPack import aborts the process on them).
 
 from __future__ import annotations
 
-from kv_canary_arrays.describe import dtype_name
+from kv_canary_arrays.describe import dtype_name, negative_strides
 from kv_canary_arrays.frameworks import is_jax, is_numpy, is_torch
 from shared_spec import errors
 from shared_spec.arguments import format_shape
@@ -65,7 +65,7 @@ def to_torch(x):
         return x
     if not hasattr(x, "__dlpack__"):
         raise errors.type_error(errors.BRIDGE_UNKNOWN, type_name=type(x).__name__, target="torch")
-    if is_numpy(x) and any(s < 0 and n > 1 for s, n in zip(x.strides, x.shape)):
+    if is_numpy(x) and negative_strides(x):
         raise _refused(x, "torch", errors.BRIDGE_NEGATIVE_STRIDES.format(strides=x.strides))
     try:
         out = torch.from_dlpack(x)

@@ -35,7 +35,7 @@ from kv_canary_arrays.frameworks import JAX, TORCH, is_jax, is_numpy, is_torch
 from shared_spec import errors
 from shared_spec.checks import ArrayView, NotAnArray, cells_overlap
 
-__all__ = ["JAX", "TORCH", "describe", "dtype_name", "jax_dtype_name", "jax_x64_enabled", "numpy_write_problem"]
+__all__ = ["JAX", "TORCH", "describe", "dtype_name", "jax_dtype_name", "jax_x64_enabled", "negative_strides", "numpy_write_problem"]
 
 
 def dtype_name(x) -> str:
@@ -96,6 +96,11 @@ def _host_dtype(x, frontend: str) -> str:
     return jax_dtype_name(name) if frontend == JAX else name
 
 
+def negative_strides(x) -> bool:
+    """True when a numpy array steps backwards along an axis of more than one item (torch tensors cannot)."""
+    return any(s < 0 and n > 1 for s, n in zip(x.strides, x.shape))
+
+
 def numpy_write_problem(x) -> str | None:
     """Why a numpy array cannot be written in place through a torch tensor (None: it can)."""
     if not x.flags.writeable:
@@ -105,7 +110,7 @@ def numpy_write_problem(x) -> str | None:
     if not x.flags.aligned:
         return errors.WRITE_UNALIGNED.format(itemsize=x.dtype.itemsize, strides=x.strides)
     strides = tuple(s // x.itemsize for s in x.strides)
-    if any(s < 0 and n > 1 for s, n in zip(strides, x.shape)):
+    if negative_strides(x):
         return errors.WRITE_NEGATIVE_STRIDES.format(strides=strides)
     if x.ndim == 2 and cells_overlap(x.shape, strides):
         return errors.WRITE_OVERLAP.format(strides=strides)
