@@ -1,9 +1,12 @@
 """Argument checks for torch tensors: the spec's checks, spelled in torch.
 
 Contract: ``check_arguments(flat_in, offsets, req_pool_indices, pool_out)``
-returns None when every check of ``shared_spec.checks.CHECK_ORDER`` passes and
-otherwise raises exactly what ``shared_spec.checks.first_error`` names. Nothing
-is written either way.
+returns the four arguments as torch tensors when every check of
+``shared_spec.checks.CHECK_ORDER`` passes (other frameworks' arrays adopted
+through ``kv_canary_arrays.adopt``) and otherwise raises exactly what
+``shared_spec.checks.first_error`` names for the arguments as
+``kv_canary_arrays.describe`` describes them; ``argument_error`` returns that
+exception instead of raising it. Nothing is written either way.
 
 The passing path is one generated boolean expression (``fast_check``, compiled
 once at import from ``TORCH_DIALECT`` by ``shared_spec.checks.compile_fast_check``):
