@@ -32,8 +32,9 @@ where they are read from ``jax.typeof(pool_out).sharding``). Under
 ``jax.jit(..., donate_argnums=...)`` with the pool donated, every device writes
 its shard in place (the result's shards are the donated buffers). Outside
 ``jit`` a concrete argument that is not already laid out as required (host
-data, an array on one device, a pool sharded otherwise) is first put there
-with ``jax.device_put``; under ``jit`` JAX reshards such values itself
+data, a torch tensor, an array on one device, a pool sharded otherwise) is
+made a JAX array (``kv_canary_arrays.adopt.jax_input``) and put there with
+``jax.device_put``; under ``jit`` JAX reshards such values itself
 (correct, but then the pool moves between devices).
 
 Order of events, as in ``api``: the spec's argument checks on the global
