@@ -35,7 +35,7 @@ from kv_canary_arrays.frameworks import JAX, TORCH, is_jax, is_numpy, is_torch
 from shared_spec import errors
 from shared_spec.checks import ArrayView, NotAnArray, cells_overlap
 
-__all__ = ["JAX", "TORCH", "describe", "dtype_name", "jax_dtype_name", "jax_x64_enabled", "negative_strides", "numpy_write_problem"]
+__all__ = ["JAX", "TORCH", "describe", "dtype_name", "jax_dtype_name", "jax_x64_enabled", "negative_strides", "numpy_write_problem", "torch_writable"]
 
 
 def dtype_name(x) -> str:
@@ -76,7 +76,7 @@ def describe(x, *, frontend: str, written: bool = False) -> ArrayView | NotAnArr
     in_place = written and frontend == TORCH
     if is_torch(x):
         problem = None
-        if in_place and x.dim() == 2 and cells_overlap(tuple(x.shape), tuple(x.stride())):
+        if in_place and x.dim() == 2 and not torch_writable(x):
             problem = errors.WRITE_OVERLAP.format(strides=tuple(x.stride()))
         return ArrayView(tuple(x.shape), _host_dtype(x, frontend), devices.torch_device_name(x), problem)
     if is_jax(x):
@@ -94,6 +94,23 @@ def describe(x, *, frontend: str, written: bool = False) -> ArrayView | NotAnArr
 def _host_dtype(x, frontend: str) -> str:
     name = dtype_name(x)
     return jax_dtype_name(name) if frontend == JAX else name
+
+
+def torch_writable(pool) -> bool:
+    """True when no two cells of the 2-D tensor ``pool`` share memory (so it can be written in place).
+
+    Two sufficient shortcuts answer the usual layouts in one or two C++ calls
+    and stay traceable by TorchDynamo under dynamic shapes: a contiguous
+    tensor, and rows of unit-stride columns spaced at least a row apart (a
+    column slice of a wider pool). Every other layout goes to the spec's
+    ``cells_overlap``. The torch frontend's fast check calls it on every launch.
+    """
+    if pool.is_contiguous():
+        return True
+    stride_row, stride_col = pool.stride()
+    if stride_col == 1 and stride_row >= pool.shape[1]:
+        return True
+    return not cells_overlap(pool.shape, (stride_row, stride_col))
 
 
 def negative_strides(x) -> bool:

@@ -27,25 +27,9 @@ from __future__ import annotations
 import torch
 
 from kv_canary_arrays import adopt
-from kv_canary_arrays.describe import TORCH, describe
+from kv_canary_arrays.describe import TORCH, describe, torch_writable
 from shared_spec.arguments import ARGUMENT_NAMES, OUTPUT
-from shared_spec.checks import Dialect, cells_overlap, compile_fast_check, first_error
-
-
-def writable(pool: torch.Tensor) -> bool:
-    """True when no two cells of the 2-D ``pool`` share memory (so it can be written in place).
-
-    Two sufficient shortcuts answer the usual layouts in one or two C++ calls
-    and stay traceable by Dynamo under dynamic shapes: a contiguous tensor, and
-    rows of unit-stride columns spaced at least a row apart (a column slice of a
-    wider pool). Every other layout goes to the spec's ``cells_overlap``.
-    """
-    if pool.is_contiguous():
-        return True
-    stride_row, stride_col = pool.stride()
-    if stride_col == 1 and stride_row >= pool.shape[1]:
-        return True
-    return not cells_overlap(pool.shape, (stride_row, stride_col))
+from shared_spec.checks import Dialect, compile_fast_check, first_error
 
 
 TORCH_DIALECT = Dialect(
@@ -58,9 +42,9 @@ TORCH_DIALECT = Dialect(
     # get_device() alone would not do: it is -1 for the CPU and for every other
     # non-indexed device (meta, ...).
     same_device="(({x}.is_cuda and {y}.is_cuda and {x}.get_device() == {y}.get_device()) or {x}.device == {y}.device)",
-    writable="writable({x})",
+    writable="torch_writable({x})",
     dtype_object=lambda name: getattr(torch, name),
-    namespace={"Tensor": torch.Tensor, "writable": writable},
+    namespace={"Tensor": torch.Tensor, "torch_writable": torch_writable},
 )
 
 # fast_check(flat_in, offsets, req_pool_indices, pool_out) -> bool; True exactly

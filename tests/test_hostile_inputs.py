@@ -346,22 +346,45 @@ def _compiled_bad_calls():
     ]
 
 
-@pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
-def test_argument_errors_reach_a_fullgraph_caller_as_the_specs_exception(compiler):
+# Messages that hold a size: with dynamic shapes the size is symbolic while tracing, and Dynamo cannot format it.
+SIZED_MESSAGES = ("rank",)
+
+
+@pytest.mark.parametrize("compiler, dynamic", [("aot_eager", False), ("aot_eager", True), ("inductor", False)])
+def test_argument_errors_reach_a_fullgraph_caller_as_the_specs_exception(compiler, dynamic):
     def caller(flat_in, offsets, rows, pool, backend):
         launch_scatter_req_token_ids_kernel(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=pool, backend=backend)
         return pool.sum() if isinstance(pool, torch.Tensor) else None
 
     calls = _compiled_bad_calls() if compiler == "aot_eager" else _compiled_bad_calls()[:1]  # Inductor compiles are slow here
     for name, args in calls:
+        if dynamic and name in SIZED_MESSAGES:
+            continue
         torch._dynamo.reset()
         with pytest.raises((errors.KvCanaryTypeError, errors.KvCanaryValueError)) as eager:
             caller(*args)
-        compiled = torch.compile(caller, fullgraph=True, backend=compiler)
+        compiled = torch.compile(caller, fullgraph=True, backend=compiler, dynamic=dynamic)
         for _ in range(2):  # the first call traces, the second runs the cached graph
             before = args[3].clone()
             with pytest.raises(type(eager.value)) as raised:
                 compiled(*args)
             assert type(raised.value) is type(eager.value) and str(raised.value) == str(eager.value), name
             assert torch.equal(args[3], before)
+    torch._dynamo.reset()
+
+
+def test_with_dynamic_shapes_a_message_holding_a_size_is_still_dynamos_error():
+    """Pins a limit of torch (2.13): Dynamo cannot format a symbolic size into a string, so it stops there.
+
+    When this test fails, torch has learned to; drop ``SIZED_MESSAGES`` and this test.
+    """
+    def caller(flat_in, offsets, rows, pool, backend):
+        launch_scatter_req_token_ids_kernel(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=pool, backend=backend)
+
+    (args,) = [args for name, args in _compiled_bad_calls() if name in SIZED_MESSAGES]
+    torch._dynamo.reset()
+    before = args[3].clone()
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        torch.compile(caller, fullgraph=True, backend="aot_eager", dynamic=True)(*args)
+    assert torch.equal(args[3], before)
     torch._dynamo.reset()
