@@ -18,7 +18,9 @@ kernel inside the compiled graph: ``fullgraph=True`` holds. An error of steps 1
 or 2 is recorded into the graph too (``op.record_error``) and raised, the
 spec's exception as it is, when the graph runs, before the kernel; an exception
 raised while tracing would reach a ``fullgraph=True`` caller only as the
-``__cause__`` of Dynamo's ``Unsupported``.
+``__cause__`` of Dynamo's ``Unsupported``. (With ``dynamic=True`` a message
+holding a size, rank or offsets length, cannot be built while tracing: Dynamo
+cannot format a symbolic size, and stops with its own error.)
 """
 
 from __future__ import annotations
