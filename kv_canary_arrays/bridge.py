@@ -19,7 +19,7 @@ from kv_canary_arrays.frameworks import is_jax, is_numpy, is_torch
 from shared_spec import errors
 from shared_spec.arguments import format_shape
 
-__all__ = ["is_jax", "is_torch", "to_jax", "to_torch"]
+__all__ = ["to_jax", "to_torch"]
 
 
 def to_jax(x, *, copy_ok: bool = False):

@@ -13,7 +13,8 @@ import functools
 import importlib.util
 import sys
 
-TORCH, JAX, NUMPY = "torch", "JAX", "numpy"
+# The frontends' frameworks, as kv_canary_arrays.describe takes them.
+TORCH, JAX = "torch", "JAX"
 
 
 def installed(module: str) -> bool:
@@ -44,14 +45,3 @@ def is_jax(x) -> bool:
 def is_numpy(x) -> bool:
     numpy = sys.modules.get("numpy")
     return numpy is not None and isinstance(x, numpy.ndarray)
-
-
-def framework(x) -> str | None:
-    """``"torch"``, ``"JAX"``, ``"numpy"``, or None for anything else."""
-    if is_torch(x):
-        return TORCH
-    if is_jax(x):
-        return JAX
-    if is_numpy(x):
-        return NUMPY
-    return None

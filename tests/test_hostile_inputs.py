@@ -388,3 +388,62 @@ def test_with_dynamic_shapes_a_message_holding_a_size_is_still_dynamos_error():
         torch.compile(caller, fullgraph=True, backend="aot_eager", dynamic=True)(*args)
     assert torch.equal(args[3], before)
     torch._dynamo.reset()
+
+
+# -- every layout of every framework, on random batches with malformed values -----------------
+
+# What a read-only argument may arrive as; each keeps the values of the numpy array it is given.
+LAYOUTS = {
+    "numpy": lambda a: a,
+    "numpy-reversed": lambda a: a[::-1].copy()[::-1],
+    "numpy-big-endian": lambda a: a.astype(a.dtype.newbyteorder(">")),
+    "numpy-unaligned": lambda a: _numpy_unaligned(a),
+    "numpy-step-2": lambda a: np.repeat(a, 2, axis=0)[::2],
+    "numpy-read-only": lambda a: _read_only(a),
+    "torch": lambda a: torch.from_numpy(a.copy()),
+    "torch-unaligned": lambda a: _unaligned(a) if a.ndim == 1 else torch.from_numpy(a.copy()),
+    "torch-step-2": lambda a: torch.from_numpy(np.repeat(a, 2, axis=0))[::2],
+    "jax": lambda a: jnp.asarray(a),
+}
+# What pool_out may be for the torch launcher (written in place, so never copied).
+TORCH_POOLS = ("numpy", "numpy-step-2", "torch", "torch-step-2")
+
+
+def _numpy_unaligned(a: np.ndarray) -> np.ndarray:
+    out = np.ndarray(a.shape, a.dtype, buffer=bytearray(a.nbytes + 1), offset=1)
+    out[...] = a
+    return out
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    out = a.copy()
+    out.flags.writeable = False
+    return out
+
+
+def test_random_batches_in_every_layout_match_the_reference():
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    from tests.strategies import batches
+
+    names = sorted(LAYOUTS)
+
+    @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(
+        batch=batches(max_rows=5, max_width=9, max_bs=5, max_tokens=20),
+        inputs=st.lists(st.sampled_from(names), min_size=3, max_size=3),
+        jax_pool=st.sampled_from(names),
+        torch_pool=st.sampled_from(TORCH_POOLS),
+    )
+    def check(batch, inputs, jax_pool, torch_pool):
+        expected = scatter_reference(*batch)
+        args = [LAYOUTS[name](a) for name, a in zip(inputs, batch[:3])]
+        got = _jax_call(*args, LAYOUTS[jax_pool](batch[3]))
+        np.testing.assert_array_equal(np.asarray(got), expected)
+        pool = LAYOUTS[torch_pool](batch[3].copy())
+        _torch_call(*args, pool)
+        np.testing.assert_array_equal(_numpy(pool), expected)
+        for name, a, given_arg in zip(inputs, batch[:3], args):  # read-only arguments stay as they were
+            np.testing.assert_array_equal(_numpy(given_arg), a)
+
+    check()
