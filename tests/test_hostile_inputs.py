@@ -447,3 +447,18 @@ def test_random_batches_in_every_layout_match_the_reference():
             np.testing.assert_array_equal(_numpy(given_arg), a)
 
     check()
+
+
+@pytest.mark.multidevice
+def test_the_torch_launcher_reads_jax_arrays_sharded_over_several_devices():
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    devices = jax.devices()
+    if len(devices) < 2:
+        pytest.skip("needs several JAX devices")
+    sharding = NamedSharding(Mesh(np.array(devices[:2]), ("x",)), P("x"))
+    flat_in = jax.device_put(jnp.asarray(FLAT_IN), sharding)  # 12 tokens: 6 per device
+    assert len(flat_in.devices()) == 2
+    pool = torch.from_numpy(_pool())
+    _torch_call(flat_in, OFFSETS, ROWS, pool)
+    np.testing.assert_array_equal(pool.numpy(), _expected())
