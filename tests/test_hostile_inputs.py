@@ -462,3 +462,27 @@ def test_the_torch_launcher_reads_jax_arrays_sharded_over_several_devices():
     pool = torch.from_numpy(_pool())
     _torch_call(flat_in, OFFSETS, ROWS, pool)
     np.testing.assert_array_equal(pool.numpy(), _expected())
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_foreign_arrays_cross_on_their_device():
+    from kv_canary_arrays.frameworks import cuda_available
+
+    if not cuda_available():
+        pytest.skip("needs a CUDA GPU")
+    expected = _expected()
+    # torch tensors JAX cannot import as they are (unaligned, step-2, a column-slice pool): one copy on the GPU.
+    inputs = [_unaligned(FLAT_IN).cuda(), torch.from_numpy(np.repeat(OFFSETS, 2)).cuda()[::2], torch.from_numpy(ROWS).cuda()]
+    wide = torch.full((4, 9), -7, dtype=torch.int32, device="cuda")
+    pool = wide[:, 2:7]
+    pool.copy_(torch.from_numpy(_pool()))
+    for implementation in ("pallas", "xla"):
+        got = _jax_call(*inputs, pool, implementation=implementation)
+        assert next(iter(got.devices())).platform == "gpu"
+        np.testing.assert_array_equal(np.asarray(got), expected)
+    # JAX GPU arrays into the torch launcher: zero-copy through DLPack, the Triton kernel on the tensors.
+    gpu = jax.devices("gpu")[0]
+    jax_inputs = [jax.device_put(a, gpu) for a in (FLAT_IN, OFFSETS, ROWS)]
+    launch_scatter_req_token_ids_kernel(flat_in=jax_inputs[0], offsets=jax_inputs[1], req_pool_indices=jax_inputs[2], pool_out=pool)
+    np.testing.assert_array_equal(pool.cpu().numpy(), expected)
+    assert (wide[:, :2] == -7).all() and (wide[:, 7:] == -7).all()
