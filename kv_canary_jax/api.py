@@ -58,6 +58,7 @@ from __future__ import annotations
 import jax
 
 from kv_canary_arrays.adopt import jax_input
+from kv_canary_arrays.frameworks import is_torch
 from kv_canary_jax import arguments, compute, platforms, sharded
 
 
@@ -86,6 +87,8 @@ def scatter_req_token_ids(
             implementation=implementation, interpret=interpret, check_values=check_values,
         )
     values = arguments.check_arguments(flat_in, offsets, req_pool_indices, pool_out)
+    # Torch tensors become JAX arrays on their own device first, so that a torch pool decides the placement as a JAX one does.
+    values = tuple(jax_input(v) if is_torch(v) else v for v in values)
     device, platform = _placement(values)
     plan, staged = compute.prepare(values, platform, implementation, bool(interpret), check_values)
     arrays = [jax_input(v, device) for v in values]

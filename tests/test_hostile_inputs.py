@@ -403,7 +403,7 @@ LAYOUTS = {
     "torch": lambda a: torch.from_numpy(a.copy()),
     "torch-unaligned": lambda a: _unaligned(a) if a.ndim == 1 else torch.from_numpy(a.copy()),
     "torch-step-2": lambda a: torch.from_numpy(np.repeat(a, 2, axis=0))[::2],
-    "jax": lambda a: jnp.asarray(a),
+    "jax": lambda a: jax.device_put(a, jax.devices("cpu")[0]),  # beside the torch CPU tensors, also on a GPU machine
 }
 # What pool_out may be for the torch launcher (written in place, so never copied).
 TORCH_POOLS = ("numpy", "numpy-step-2", "torch", "torch-step-2")
