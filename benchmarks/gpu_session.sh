@@ -11,4 +11,6 @@ case "${1:-all}" in
   check) step 120 python3 -m kv_canary.cli check ;;
   tune) step "${2:-300}" python3 benchmarks/tune_triton.py ;;
   bench) step "${2:-300}" python3 -m kv_canary.cli bench --write "$OUT/performance.md" ${BENCH_ARGS:-} ;;
+  memcheck) step "${2:-540}" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 XLA_PYTHON_CLIENT_ALLOCATOR=platform \
+    /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 python3 benchmarks/memcheck_corpus.py ${MEMCHECK_ARGS:-} ;;
 esac

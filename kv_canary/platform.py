@@ -1,20 +1,5 @@
-"""What this machine can run, asked without starting more than needed."""
+"""What this machine can run, for the tools; the answers live in ``kv_canary_arrays.frameworks``."""
 
-from __future__ import annotations
+from kv_canary_arrays.frameworks import cuda_available, installed
 
-import functools
-import importlib.util
-
-
-def installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
-
-
-@functools.cache
-def cuda_available() -> bool:
-    """True when torch sees a CUDA GPU (False without torch)."""
-    if not installed("torch"):
-        return False
-    import torch
-
-    return torch.cuda.is_available()
+__all__ = ["cuda_available", "installed"]

@@ -4,14 +4,14 @@ Modules, one purpose each:
 
 - ``api``: the entry point, ``scatter_req_token_ids``.
 - ``sharded``: ``scatter_req_token_ids_sharded``, for a pool split by rows over a mesh axis (``shard_map``).
-- ``arguments``: the spec's argument checks, at trace time.
-- ``inputs``: what counts as an array, and how it becomes a JAX array.
+- ``arguments``: the spec's argument checks, at trace time (arrays of any framework described by ``kv_canary_arrays``).
+- ``compute``: the single-device computation both entry points share (plan, checked mode, the jitted call).
 - ``implementations``: ``implementation=`` resolution per platform.
 - ``pallas_triton``: the Pallas kernel, Triton lowering (CUDA GPUs; anywhere when interpreted).
 - ``pallas_mosaic_gpu``: the Pallas kernel, Mosaic GPU (Hopper and newer; anywhere when interpreted).
 - ``xla``: the pure-XLA implementation (any platform).
 - ``checked``: ``check_values=True``, eagerly or through ``checkify``.
-- ``platforms``: device and platform names.
+- ``platforms``: device and platform names (``kv_canary_arrays.devices``), default platform, the GPU.
 - ``conformance``: ``shared_spec.conformance.Runner`` subclasses for each implementation.
 
 The library never changes ``jax_enable_x64``; int64 arguments need it enabled.

@@ -18,14 +18,17 @@ dtypes and devices (``arguments``; at trace time under ``jit``), then the
 implementation choice (``implementations``), then ``check_values`` must be a
 bool (``bool`` or ``numpy.bool_``, else the spec's ``TypeError``), then, with
 ``check_values=True`` on concrete arrays, the value rules on the host
-(``checked.raise_eagerly``).
+(``compute.prepare``).
 Every error is the spec's exception with the spec's message; a failed call
 leaves ``pool_out`` as it was (and never deletes it).
 
-Arguments may be ``jax.Array`` (concrete or traced) or ``numpy.ndarray``
-(host data, copied to pool_out's device; see ``inputs`` for how each is
-described: with x64 disabled every int64 argument fails its dtype check,
-carrying ``errors.X64_NOTE``; the library never changes ``jax_enable_x64``).
+Arguments may be ``jax.Array`` (concrete or traced), ``numpy.ndarray`` (host
+data, copied to pool_out's device) or, outside ``jit``, ``torch.Tensor``
+(zero-copy on its own device where JAX can import it, one copy where it
+cannot: strided or unaligned tensors); ``kv_canary_arrays.describe`` says how
+each is described: with x64 disabled every int64 argument, whatever its
+framework, fails its dtype check carrying ``errors.X64_NOTE``; the library
+never changes ``jax_enable_x64``.
 Devices are compared for single-device arrays; an array sharded over several
 devices has no one device to compare and is left to JAX.
 
@@ -37,8 +40,11 @@ raises ``errors.CHECK_VALUES_UNTRACEABLE`` (see ``checked`` for why this cannot
 be caught while tracing). ``err.get()`` is the eager message plus checkify's
 `` (`check` failed)``; ``error_from_checkify(err)`` gives the eager exception.
 When a staged rule fails nothing is written: the returned pool equals
-``pool_out``. Concrete ``offsets`` and ``req_pool_indices`` (also as
-constants inside ``jit``) are checked on the host and raise immediately.
+``pool_out``. Concrete ``offsets`` and ``req_pool_indices`` are checked on the
+host and raise immediately: arrays passed outside ``jit``, and numpy arrays
+closed over inside ``jit`` (they stay numpy arrays while tracing). A JAX array
+made inside ``jit`` is a tracer even when built from a constant
+(``jnp.asarray(const)``), so its rules are staged like any traced argument's.
 
 ``jax.vmap`` is supported, over any of the arguments (e.g. one batch written
 into a stack of pools, ``in_axes=(None, None, None, 0)``): the checks see one
@@ -51,13 +57,11 @@ runs once per example (its own rule: Mosaic GPU lowers no batched grid). With
 
 from __future__ import annotations
 
-import functools
-
 import jax
-from jax import lax
 
-from kv_canary_jax import arguments, checked, implementations, inputs, platforms, sharded, xla
-from shared_spec.checks import require_bool
+from kv_canary_arrays.adopt import jax_input
+from kv_canary_arrays.frameworks import is_torch
+from kv_canary_jax import arguments, compute, platforms, sharded
 
 
 def scatter_req_token_ids(
@@ -85,29 +89,12 @@ def scatter_req_token_ids(
             implementation=implementation, interpret=interpret, check_values=check_values,
         )
     values = arguments.check_arguments(flat_in, offsets, req_pool_indices, pool_out)
+    # Torch tensors become JAX arrays on their own device first, so that a torch pool decides the placement as a JAX one does.
+    values = tuple(jax_input(v) if is_torch(v) else v for v in values)
     device, platform = _placement(values)
-    plan, staged = prepare(values, platform, implementation, bool(interpret), check_values)
-    arrays = [inputs.materialize(v, device) for v in values]
-    return _scatter(*arrays, plan=plan, interpret=bool(interpret), staged=staged)
-
-
-def prepare(values, platform, implementation, interpret: bool, check_values: bool):
-    """``(plan, staged)`` for checked arguments: what runs, and whether the value rules are staged.
-
-    Raises the implementation errors, then the spec's ``TypeError`` when
-    ``check_values`` is not a bool (``shared_spec.checks.require_bool``), then
-    (concrete offsets and rows with ``check_values``) the checked mode's first
-    violation. ``staged`` is True when the rules must run inside the
-    computation (traced offsets or rows).
-    """
-    plan = implementations.plan(implementation, platform, interpret)
-    flat_in, offsets, rows, pool = values
-    if not require_bool("check_values", check_values):
-        return plan, False
-    if platforms.is_tracer(offsets) or platforms.is_tracer(rows):
-        return plan, True
-    checked.raise_eagerly(offsets, rows, flat_in.shape[0], pool.shape[0])
-    return plan, False
+    plan, staged = compute.prepare(values, platform, implementation, bool(interpret), check_values)
+    arrays = [jax_input(v, device) for v in values]
+    return compute.scatter(*arrays, plan=plan, interpret=bool(interpret), staged=staged)
 
 
 def _placement(values) -> tuple[object | None, str | None]:
@@ -125,33 +112,3 @@ def _placement(values) -> tuple[object | None, str | None]:
         device = platforms.single_device(x)
         return device, platforms.platform(next(iter(x.devices())))
     return None, (None if traced else platforms.default_platform())
-
-
-def _implementation(name: str, interpret: bool):
-    # The kernels are imported here, once chosen: jax.experimental.pallas.triton and
-    # .mosaic_gpu may not import (implementations says why), and the default must
-    # fall through past them without touching either.
-    if name == implementations.PALLAS:
-        from kv_canary_jax import pallas_triton
-
-        return functools.partial(pallas_triton.scatter, interpret=interpret)
-    if name == implementations.MOSAIC:
-        from kv_canary_jax import pallas_mosaic_gpu
-
-        return functools.partial(pallas_mosaic_gpu.scatter, interpret=interpret)
-    return xla.scatter
-
-
-@functools.partial(jax.jit, static_argnames=("plan", "interpret", "staged"))
-def _scatter(flat_in, offsets, rows, pool, *, plan, interpret, staged):
-    def write(flat_in, offsets, rows, pool):
-        if len(plan) == 1 and plan[0][0] is None:
-            return _implementation(plan[0][1], interpret)(flat_in, offsets, rows, pool)
-        per_platform = {p: _implementation(name, interpret) for p, name in plan if p is not None}
-        default = next((_implementation(name, interpret) for p, name in plan if p is None), None)
-        return lax.platform_dependent(flat_in, offsets, rows, pool, default=default, **per_platform)
-
-    if not staged:
-        return write(flat_in, offsets, rows, pool)
-    ok = checked.staged_checks(offsets, rows, flat_in.shape[0], pool.shape[0])
-    return lax.cond(ok, write, lambda *args: args[3], flat_in, offsets, rows, pool)

@@ -1,10 +1,11 @@
 """Argument checks for the JAX frontend: the spec's checks, at trace time.
 
 Contract: ``check_arguments(flat_in, offsets, req_pool_indices, pool_out)``
-returns the four values to compute with (``inputs.Adopted.value``) when every
-check of ``shared_spec.checks.CHECK_ORDER`` passes, and otherwise raises
-exactly what ``shared_spec.checks.first_error`` names for the arguments as
-``inputs.adopt`` describes them. With x64 disabled a dtype error carries
+returns the four arguments, as given, when every check of
+``shared_spec.checks.CHECK_ORDER`` passes, and otherwise raises exactly what
+``shared_spec.checks.first_error`` names for the arguments as
+``kv_canary_arrays.describe`` describes them for the JAX frontend (host data,
+numpy arrays and torch tensors alike, with the dtype JAX would give it). With x64 disabled a dtype error carries
 ``errors.X64_NOTE`` (``e.add_note``; ``str(e)`` is unchanged). Only shapes,
 dtypes and devices are read, so under ``jax.jit`` the checks run once, while
 tracing, and cost nothing per call; nothing is written either way. JAX arrays
@@ -13,9 +14,9 @@ are functional, so the ``writable`` check never fails here.
 The passing path for JAX arrays is one generated boolean expression
 (``fast_check``, built by ``shared_spec.checks.compile_fast_check`` from
 ``JAX_DIALECT``); it is True exactly when ``first_error`` finds nothing for
-four ``jax.Array`` arguments. Anything else (numpy arrays, non-arrays, a
-failing check) takes the full path through ``inputs.adopt`` and the spec's
-checker, which builds the message.
+four ``jax.Array`` arguments. Anything else (numpy arrays, torch tensors,
+non-arrays, a failing check) takes the full path through ``describe`` and the
+spec's checker, which builds the message.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from kv_canary_jax import inputs, platforms
+from kv_canary_arrays.describe import JAX, describe, jax_x64_enabled
+from kv_canary_jax import platforms
 from shared_spec import errors
 from shared_spec.arguments import ARGUMENT_NAMES
 from shared_spec.checks import Dialect, NotAnArray, compile_fast_check, first_error
@@ -51,17 +53,17 @@ fast_check = compile_fast_check(JAX_DIALECT)
 
 
 def check_arguments(flat_in, offsets, req_pool_indices, pool_out) -> tuple:
-    """The values to compute with, in argument order; raises the spec's first error."""
-    if fast_check(flat_in, offsets, req_pool_indices, pool_out):
-        return flat_in, offsets, req_pool_indices, pool_out
-    adopted = {name: inputs.adopt(x) for name, x in zip(ARGUMENT_NAMES, (flat_in, offsets, req_pool_indices, pool_out))}
-    views = {name: a.view for name, a in adopted.items()}
+    """The arguments, in argument order, when every check passes; raises the spec's first error."""
+    values = (flat_in, offsets, req_pool_indices, pool_out)
+    if fast_check(*values):
+        return values
+    views = {name: describe(x, frontend=JAX) for name, x in zip(ARGUMENT_NAMES, values)}
     error = first_error(views)
     if error is not None:
         is_dtype_error = isinstance(error, errors.KvCanaryTypeError) and not any(
             isinstance(v, NotAnArray) for v in views.values()
         )
-        if is_dtype_error and not inputs.x64_enabled():
+        if is_dtype_error and not jax_x64_enabled():
             error.add_note(errors.X64_NOTE)
         raise error
-    return tuple(adopted[name].value for name in ARGUMENT_NAMES)
+    return values

@@ -49,6 +49,7 @@ import numpy as np
 from jax.experimental import checkify
 from jax.interpreters import batching, mlir
 
+from kv_canary_arrays.adopt import host_values
 from shared_spec import errors, values
 
 try:
@@ -63,7 +64,7 @@ except ImportError:  # pragma: no cover - then needs_checkify is a plain identit
 
 def raise_eagerly(offsets, rows, n_tokens: int, n_rows: int) -> None:
     """Raise the first violated rule on concrete arrays (host copies of two small vectors)."""
-    values.raise_first_value_error(np.asarray(offsets), np.asarray(rows), n_tokens, n_rows)
+    values.raise_first_value_error(host_values(offsets), host_values(rows), n_tokens, n_rows)
 
 
 def staged_checks(offsets, rows, n_tokens: int, n_rows: int) -> jax.Array:

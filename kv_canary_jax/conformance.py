@@ -19,7 +19,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from kv_canary_jax import implementations, inputs, platforms
+from kv_canary_arrays.describe import jax_x64_enabled
+from kv_canary_jax import implementations, platforms
 from kv_canary_jax.api import scatter_req_token_ids
 from shared_spec.cases import ArrayData
 from shared_spec.conformance import Runner
@@ -38,7 +39,7 @@ class JaxRunner(Runner):
         if gpu is not None:
             self.accelerator = platforms.device_name(gpu)
             self._devices[self.accelerator] = gpu
-        if not inputs.x64_enabled():
+        if not jax_x64_enabled():
             self.unavailable = X64_DISABLED
 
     def array(self, data: ArrayData, device: str):

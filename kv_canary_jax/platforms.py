@@ -16,6 +16,8 @@ Contract:
 - ``gpu_device() -> jax.Device | None``: the first CUDA GPU JAX sees, or None.
 - ``is_tracer(x) -> bool``: ``x`` is being traced (no data, no device).
 
+``platform``, ``device_name``, ``single_device`` and ``is_tracer`` are
+``kv_canary_arrays.devices``' (the torch frontend names JAX devices too).
 Nothing here touches array data.
 """
 
@@ -25,51 +27,16 @@ import functools
 
 import jax
 
-try:  # public in every JAX this supports; the fallback guards against a later move
-    from jax.core import Tracer
-except ImportError:  # pragma: no cover
-    from jax._src.core import Tracer
+from kv_canary_arrays import devices
+from kv_canary_arrays.devices import CPU, CUDA, is_tracer
 
-CPU, CUDA = "cpu", "cuda"
+__all__ = ["CPU", "CUDA", "default_platform", "device_name", "gpu_device", "is_tracer", "platform", "single_device"]
 
-
-def is_tracer(x) -> bool:
-    """True for a value being traced (under jit, vmap, checkify, ...): no data, no device."""
-    return isinstance(x, Tracer)
-
-
-def platform(device) -> str:
-    """``"cpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``: the name lowering uses for ``device``'s platform."""
-    name = device.platform
-    if name != "gpu":
-        return name
-    version = str(getattr(device.client, "platform_version", "")).lower()
-    return "rocm" if "rocm" in version else CUDA
-
-
-def device_name(device) -> str:
-    """Canonical name of one device: ``cpu`` or ``<platform>:<local index>``.
-
-    The host is ``cpu``, as torch names it. JAX can split the host into several
-    devices (``--xla_force_host_platform_device_count``); those past the first
-    are ``cpu:1``, ``cpu:2``, ... so that arrays on two of them are told apart.
-    """
-    kind = platform(device)
-    if kind == CPU:
-        return CPU if device.id == 0 else f"{CPU}:{device.id}"
-    index = getattr(device, "local_hardware_id", None)
-    return f"{kind}:{device.id if index is None else index}"
-
-
-def single_device(x):
-    """The device of a concrete single-device ``jax.Array``; None for tracers and sharded arrays."""
-    if is_tracer(x):
-        return None
-    devices = x.devices()
-    if len(devices) != 1:
-        return None
-    (device,) = devices
-    return device
+# The names both frontends need live in the neutral layer (kv_canary_arrays.devices);
+# the JAX frontend keeps calling them by its own names.
+platform = devices.jax_platform
+device_name = devices.jax_device_name
+single_device = devices.jax_single_device
 
 
 def default_platform() -> str:

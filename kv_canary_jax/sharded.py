@@ -11,7 +11,7 @@ takes ``pool_out`` split by rows over the mesh axis ``axis`` (sharding
 and ``flat_in``, ``offsets``, ``req_pool_indices`` replicated, and returns what
 ``api.scatter_req_token_ids`` returns for the same values on one device, byte
 for byte, with the pool's sharding. The pool is never gathered: under
-``jax.shard_map`` every device runs the single-device path (``api._scatter``,
+``jax.shard_map`` every device runs the single-device path (``compute.scatter``,
 with the implementation ``implementations.plan`` picks, exactly as for one
 device: a GPU kernel on CUDA GPUs, XLA elsewhere, the Pallas interpreter with
 ``interpret=True``) on its own block of ``R / n`` rows, with
@@ -32,8 +32,9 @@ where they are read from ``jax.typeof(pool_out).sharding``). Under
 ``jax.jit(..., donate_argnums=...)`` with the pool donated, every device writes
 its shard in place (the result's shards are the donated buffers). Outside
 ``jit`` a concrete argument that is not already laid out as required (host
-data, an array on one device, a pool sharded otherwise) is first put there
-with ``jax.device_put``; under ``jit`` JAX reshards such values itself
+data, a torch tensor, an array on one device, a pool sharded otherwise) is
+made a JAX array (``kv_canary_arrays.adopt.jax_input``) and put there with
+``jax.device_put``; under ``jit`` JAX reshards such values itself
 (correct, but then the pool moves between devices).
 
 Order of events, as in ``api``: the spec's argument checks on the global
@@ -86,7 +87,8 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from kv_canary_jax import api, arguments, checked, inputs, platforms
+from kv_canary_arrays.adopt import jax_input
+from kv_canary_jax import arguments, checked, compute, platforms
 from shared_spec import errors
 
 try:
@@ -237,7 +239,7 @@ def scatter_req_token_ids_sharded(
     values = arguments.check_arguments(flat_in, offsets, req_pool_indices, pool_out)
     layout = resolve_layout(values[3], mesh, axis)
     interpret = bool(interpret)
-    plan, staged = api.prepare(values, _platform(layout.mesh), implementation, interpret, check_values)
+    plan, staged = compute.prepare(values, _platform(layout.mesh), implementation, interpret, check_values)
     specs = (REPLICATED, REPLICATED, REPLICATED, rows_spec(layout.axis))
     arrays = [_place(v, layout.mesh, spec) for v, spec in zip(values, specs)]
     return _scatter(*arrays, mesh=layout.mesh, axis=layout.axis, plan=plan, interpret=interpret, staged=staged)
@@ -253,11 +255,12 @@ def _platform(mesh) -> str | None:
 def _place(value, mesh, spec):
     """``value`` as a JAX array laid out by ``spec`` on ``mesh`` (tracers, and any value on an abstract mesh, as they are)."""
     if platforms.is_tracer(value) or not isinstance(mesh, Mesh):
-        return inputs.materialize(value)
+        return jax_input(value)
     sharding = NamedSharding(mesh, spec)
     if isinstance(value, jax.Array) and value.sharding.is_equivalent_to(sharding, value.ndim):
         return value
-    return jax.device_put(value, sharding)
+    # Host data and torch tensors become JAX arrays first (jax.device_put knows neither torch nor byte order).
+    return jax.device_put(jax_input(value), sharding)
 
 
 def _local_scatter(flat_in, offsets, rows, pool, ok=None, *, axis, plan, interpret):
@@ -268,7 +271,7 @@ def _local_scatter(flat_in, offsets, rows, pool, ok=None, *, axis, plan, interpr
     """
     first = lax.axis_index(axis).astype(rows.dtype) * pool.shape[0]
     args = (flat_in, offsets, rows - first, pool)
-    write = functools.partial(api._scatter, plan=plan, interpret=interpret, staged=False)
+    write = functools.partial(compute.scatter, plan=plan, interpret=interpret, staged=False)
     if ok is None:
         return write(*args)
     return lax.cond(ok, write, lambda *args: args[3], *args)

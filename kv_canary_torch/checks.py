@@ -1,9 +1,12 @@
 """Argument checks for torch tensors: the spec's checks, spelled in torch.
 
 Contract: ``check_arguments(flat_in, offsets, req_pool_indices, pool_out)``
-returns None when every check of ``shared_spec.checks.CHECK_ORDER`` passes and
-otherwise raises exactly what ``shared_spec.checks.first_error`` names. Nothing
-is written either way.
+returns the four arguments as torch tensors when every check of
+``shared_spec.checks.CHECK_ORDER`` passes (other frameworks' arrays adopted
+through ``kv_canary_arrays.adopt``) and otherwise raises exactly what
+``shared_spec.checks.first_error`` names for the arguments as
+``kv_canary_arrays.describe`` describes them; ``argument_error`` returns that
+exception instead of raising it. Nothing is written either way.
 
 The passing path is one generated boolean expression (``fast_check``, compiled
 once at import from ``TORCH_DIALECT`` by ``shared_spec.checks.compile_fast_check``):
@@ -23,27 +26,10 @@ from __future__ import annotations
 
 import torch
 
-from kv_canary import bridge
-from kv_canary_torch import foreign
-from shared_spec import errors
+from kv_canary_arrays import adopt
+from kv_canary_arrays.describe import TORCH, describe, torch_writable
 from shared_spec.arguments import ARGUMENT_NAMES, OUTPUT
-from shared_spec.checks import ArrayView, Dialect, NotAnArray, cells_overlap, compile_fast_check, raise_first_error
-
-
-def writable(pool: torch.Tensor) -> bool:
-    """True when no two cells of the 2-D ``pool`` share memory (so it can be written in place).
-
-    Two sufficient shortcuts answer the usual layouts in one or two C++ calls
-    and stay traceable by Dynamo under dynamic shapes: a contiguous tensor, and
-    rows of unit-stride columns spaced at least a row apart (a column slice of a
-    wider pool). Every other layout goes to the spec's ``cells_overlap``.
-    """
-    if pool.is_contiguous():
-        return True
-    stride_row, stride_col = pool.stride()
-    if stride_col == 1 and stride_row >= pool.shape[1]:
-        return True
-    return not cells_overlap(pool.shape, (stride_row, stride_col))
+from shared_spec.checks import Dialect, compile_fast_check, first_error
 
 
 TORCH_DIALECT = Dialect(
@@ -56,9 +42,9 @@ TORCH_DIALECT = Dialect(
     # get_device() alone would not do: it is -1 for the CPU and for every other
     # non-indexed device (meta, ...).
     same_device="(({x}.is_cuda and {y}.is_cuda and {x}.get_device() == {y}.get_device()) or {x}.device == {y}.device)",
-    writable="writable({x})",
+    writable="torch_writable({x})",
     dtype_object=lambda name: getattr(torch, name),
-    namespace={"Tensor": torch.Tensor, "writable": writable},
+    namespace={"Tensor": torch.Tensor, "torch_writable": torch_writable},
 )
 
 # fast_check(flat_in, offsets, req_pool_indices, pool_out) -> bool; True exactly
@@ -66,45 +52,37 @@ TORCH_DIALECT = Dialect(
 fast_check = compile_fast_check(TORCH_DIALECT)
 
 
-def device_name(tensor: torch.Tensor) -> str:
-    """Canonical device name: ``cpu``, ``cuda:0`` (torch always gives CUDA tensors an index)."""
-    return str(tensor.device)
+def argument_error(flat_in, offsets, req_pool_indices, pool_out) -> Exception | None:
+    """The spec's first argument error for these arguments (None: every check passes); raises nothing.
 
-
-def describe(value, *, written: bool = False) -> ArrayView | NotAnArray:
-    """What the spec's checker needs to know of one argument (``written``: it is pool_out)."""
-    if not isinstance(value, torch.Tensor):
-        return NotAnArray(type(value).__name__)
-    problem = None
-    if written and value.dim() == 2 and not writable(value):
-        problem = errors.WRITE_OVERLAP.format(strides=tuple(value.stride()))
-    return ArrayView(
-        shape=tuple(value.shape),
-        dtype=str(value.dtype).removeprefix("torch."),
-        device=device_name(value),
-        write_problem=problem,
-    )
+    Plain attribute reads and string formatting, so TorchDynamo traces it too
+    (the launcher records the error into a compiled graph; see ``launcher``).
+    """
+    values = (flat_in, offsets, req_pool_indices, pool_out)
+    return first_error({name: describe(value, frontend=TORCH, written=name == OUTPUT) for name, value in zip(ARGUMENT_NAMES, values)})
 
 
 def adopt_arguments(flat_in, offsets, req_pool_indices, pool_out) -> tuple[torch.Tensor, ...]:
     """The slow path: raise the spec's first error, or return the arguments as torch tensors.
 
     Reached when ``fast_check`` is False: either a check fails (raised here with
-    the spec's message), or some argument is another framework's array (a JAX
-    array, a numpy array), described by ``foreign.describe`` and, once every
-    check passes, imported zero-copy through ``kv_canary.bridge.to_torch``. A
-    JAX ``pool_out`` fails the writable check: JAX arrays are immutable.
+    the spec's message, nothing written or copied), or some argument is another
+    framework's array (a JAX array, a numpy array). Every argument is described
+    by ``kv_canary_arrays.describe`` for this frontend; once every check passes,
+    the read-only ones become tensors on ``pool_out``'s device
+    (``adopt.torch_input``: zero-copy, or one copy where DLPack cannot share
+    them) and ``pool_out`` a tensor over its own memory (``adopt.torch_output``).
+    A JAX ``pool_out`` fails the writable check: JAX arrays are immutable.
     """
     values = (flat_in, offsets, req_pool_indices, pool_out)
-    views = {}
-    for name, value in zip(ARGUMENT_NAMES, values):
-        written = name == OUTPUT
-        views[name] = describe(value, written=written) if isinstance(value, torch.Tensor) else foreign.describe(value, written=written)
-    raise_first_error(views)
+    error = argument_error(*values)
+    if error is not None:
+        raise error
     if all(isinstance(value, torch.Tensor) for value in values):
         # fast_check and first_error disagree: a bug in this module, never silently ignored.
-        raise AssertionError(f"kv-canary: fast_check rejected arguments that first_error accepts: {views}")
-    return tuple(bridge.to_torch(value) for value in values)
+        raise AssertionError("kv-canary: fast_check rejected arguments that first_error accepts")
+    pool = adopt.torch_output(pool_out)
+    return (*(adopt.torch_input(value, pool.device) for value in values[:3]), pool)
 
 
 def check_arguments(flat_in, offsets, req_pool_indices, pool_out) -> tuple[torch.Tensor, ...]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kv_canary.platform import cuda_available
+from kv_canary_arrays.frameworks import cuda_available
 from kv_canary_torch import backends
 from kv_canary_torch.launcher import launch_scatter_req_token_ids_kernel
 from shared_spec.cases import ArrayData

@@ -4,8 +4,9 @@ Contract: keyword-only arguments, ``pool_out`` written in place, returns None.
 Errors are raised before anything is written, in this order:
 
 1. the argument checks (``checks``: the spec's order and messages); JAX and
-   numpy arrays are accepted through DLPack (``foreign``, ``kv_canary.bridge``),
-   except as ``pool_out`` for JAX (immutable);
+   numpy arrays are accepted (``kv_canary_arrays``: zero-copy through DLPack,
+   one copy of a read-only argument DLPack cannot share), except as
+   ``pool_out`` for JAX (immutable);
 2. the backend (``backends.resolve``: unknown name, or not runnable here);
 3. ``check_values`` is a bool (``shared_spec.checks.require_bool``: ``bool`` or
    ``numpy.bool_``; anything else is the spec's ``TypeError``);
@@ -15,7 +16,13 @@ Errors are raised before anything is written, in this order:
 Eager calls go straight to ``op.run``. Under ``torch.compile`` Dynamo traces
 steps 1 to 3 (plain tensor metadata, folded into guards) and records the call
 to the ``kv_canary::scatter_req_token_ids`` custom op, which runs step 4 and the
-kernel inside the compiled graph: ``fullgraph=True`` holds.
+kernel inside the compiled graph: ``fullgraph=True`` holds. An error of steps 1
+to 3 is recorded into the graph too (``op.record_error``) and raised, the
+spec's exception as it is, when the graph runs, before the kernel; an exception
+raised while tracing would reach a ``fullgraph=True`` caller only as the
+``__cause__`` of Dynamo's ``Unsupported``. (With ``dynamic=True`` a message
+holding a size, rank or offsets length, cannot be built while tracing: Dynamo
+cannot format a symbolic size, and stops with its own error.)
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ from __future__ import annotations
 import torch
 
 from kv_canary_torch import backends, op
-from kv_canary_torch.checks import adopt_arguments, fast_check
+from kv_canary_torch.checks import adopt_arguments, argument_error, fast_check
+from shared_spec import errors
 from shared_spec.checks import require_bool
 
 _is_compiling = torch.compiler.is_compiling
@@ -50,15 +58,31 @@ def launch_scatter_req_token_ids_kernel(
     tensors, for conformance). ``check_values=True`` also enforces the value
     rules of ``shared_spec.values`` (one host sync); it must be a bool.
     """
+    if _is_compiling():
+        _compiled(flat_in, offsets, req_pool_indices, pool_out, check_values, backend)
+        return
     if not fast_check(flat_in, offsets, req_pool_indices, pool_out):
         # A failing check raises here; another framework's arrays come back as tensors.
         flat_in, offsets, req_pool_indices, pool_out = adopt_arguments(flat_in, offsets, req_pool_indices, pool_out)
     implementation = _resolve(backend, pool_out)
     if check_values is not False and check_values is not True:  # two identity tests on the hot path
         check_values = require_bool("check_values", check_values)
-    if _is_compiling():
-        torch.ops.kv_canary.scatter_req_token_ids(
-            flat_in, offsets, req_pool_indices, pool_out, check_values, implementation
-        )
-    else:
-        _run(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation)
+    _run(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation)
+
+
+def _compiled(flat_in, offsets, req_pool_indices, pool_out, check_values, backend) -> None:
+    """The launcher as TorchDynamo traces it: the same steps, errors recorded into the graph (``op.record_error``)."""
+    arguments = (flat_in, offsets, req_pool_indices, pool_out)
+    if not fast_check(*arguments):
+        error = argument_error(*arguments)
+        if error is not None:
+            op.record_error(error, (pool_out, flat_in, offsets, req_pool_indices))
+            return
+        flat_in, offsets, req_pool_indices, pool_out = adopt_arguments(*arguments)
+    try:
+        implementation = _resolve(backend, pool_out)
+        check_values = require_bool("check_values", check_values)
+    except (errors.KvCanaryTypeError, errors.KvCanaryValueError) as error:  # the spec's backend and flag errors
+        op.record_error(error, (pool_out, flat_in, offsets, req_pool_indices))
+        return
+    torch.ops.kv_canary.scatter_req_token_ids(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation)

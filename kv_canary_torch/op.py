@@ -11,7 +11,9 @@ in place. The argument checks have passed.
 with a fake implementation that does nothing, so ``torch.compile`` keeps the
 call in its graph as one opaque node (no graph break). The launcher calls
 ``run`` directly in eager mode -- custom-op dispatch costs host microseconds --
-and the op only while compiling.
+and the op only while compiling. ``record_error`` puts an argument error into
+a compiled graph through a second op, ``kv_canary::raise_error``, so that the
+spec's exception reaches a ``fullgraph=True`` caller as it is.
 """
 
 from __future__ import annotations
@@ -19,9 +21,13 @@ from __future__ import annotations
 import torch
 
 from kv_canary_torch import pallas_backend, torch_backend, triton_launch
+from shared_spec import errors
 from kv_canary_torch.values import check_values as _check_values
 
 OP_QUALNAME = "kv_canary::scatter_req_token_ids"
+ERROR_QUALNAME = "kv_canary::raise_error"
+# The exception classes a recorded error may have (raise_error refuses any other name).
+_ERROR_CLASSES = {cls.__name__: cls for cls in (errors.KvCanaryTypeError, errors.KvCanaryValueError)}
 
 # implementation name -> function(flat_in, offsets, req_pool_indices, pool_out)
 IMPLEMENTATIONS = {"triton": triton_launch.launch, "torch": torch_backend.scatter, "pallas": pallas_backend.scatter}
@@ -51,3 +57,34 @@ def scatter_req_token_ids(
 def _(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation) -> None:
     # Writes pool_out in place and returns nothing: no output metadata to describe.
     return None
+
+
+@torch.library.custom_op(ERROR_QUALNAME, mutates_args={"anchor"})
+def raise_error(anchor: torch.Tensor, kind: str, message: str) -> None:
+    """Raise the spec's exception ``kind`` with ``message`` when a compiled graph runs this node.
+
+    ``anchor`` is one of the call's tensors, declared mutated (and never
+    written) only so that the node is ordered with the call's other uses of it
+    and never dropped as dead code.
+    """
+    raise _ERROR_CLASSES[kind](message)
+
+
+@raise_error.register_fake
+def _(anchor, kind, message) -> None:
+    return None
+
+
+def record_error(error: Exception, arguments) -> None:
+    """Under ``torch.compile``: put ``error`` into the graph, to be raised when the graph runs.
+
+    An exception raised while Dynamo traces reaches a ``fullgraph=True`` caller
+    as Dynamo's own ``Unsupported`` (the spec's exception only its
+    ``__cause__``); one raised by a graph node reaches the caller as it is. The
+    anchor is the first contiguous tensor among ``arguments``; with none (no
+    tensor argument at all), the error is raised now, while tracing.
+    """
+    anchor = next((a for a in arguments if isinstance(a, torch.Tensor) and a.is_contiguous()), None)
+    if anchor is None:
+        raise error
+    torch.ops.kv_canary.raise_error(anchor, type(error).__name__, str(error))

@@ -2,10 +2,10 @@
 
 Contract: ``scatter(flat_in, offsets, req_pool_indices, pool_out)`` writes the
 same cells as every other backend into ``pool_out`` (the argument checks have
-passed; ``backends.resolve`` has made sure jax is installed). The inputs cross
-to JAX without a copy (``kv_canary.bridge.to_jax``); CUDA tensors run the
-compiled kernel, CPU tensors Pallas' interpreter (a strided or unaligned tensor is
-cloned first: ``bridge.to_jax(..., copy_ok=True)``). JAX arrays are immutable and
+passed; ``backends.resolve`` has made sure jax is installed). The inputs
+cross to JAX without a copy where DLPack can share them
+(``kv_canary_arrays.adopt.jax_input``: a strided or unaligned tensor is cloned
+first); CUDA tensors run the compiled kernel, CPU tensors Pallas' interpreter. JAX arrays are immutable and
 XLA cannot donate a buffer it does not own, so the kernel writes a new pool and
 it is copied back into ``pool_out``: two pool-sized copies on top of the
 kernel, plus JAX's dispatch. This backend exists to run the two frontends'
@@ -23,7 +23,7 @@ import contextlib
 
 import torch
 
-from kv_canary import bridge
+from kv_canary_arrays import adopt, bridge
 
 
 def x64_scope() -> contextlib.AbstractContextManager:
@@ -48,8 +48,8 @@ def scatter(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torc
     from kv_canary_jax import scatter_req_token_ids
 
     with x64_scope():
-        # copy_ok: a strided view (a column slice of a wider pool) or an unaligned
-        # slice cannot cross as it is; this backend copies the pool anyway.
-        arrays = [bridge.to_jax(t, copy_ok=True) for t in (flat_in, offsets, req_pool_indices, pool_out)]
+        # A strided view (a column slice of a wider pool) or an unaligned slice is
+        # copied to cross; this backend copies the pool anyway.
+        arrays = [adopt.jax_input(t) for t in (flat_in, offsets, req_pool_indices, pool_out)]
         result = scatter_req_token_ids(*arrays, implementation="pallas", interpret=not pool_out.is_cuda)
         pool_out.copy_(bridge.to_torch(result))

@@ -34,6 +34,10 @@ NOT_A_BOOL = PREFIX + " {option} must be a bool, got {type_name}"
 # The reasons NOT_WRITABLE may give (a frontend picks one, never writes its own).
 WRITE_IMMUTABLE = "it is an immutable {type_name}; pass a writable tensor"
 WRITE_OVERLAP = "strides {strides} make several cells share memory"
+# numpy pools that torch cannot write in place (kv_canary_arrays.describe.numpy_write_problem).
+WRITE_NEGATIVE_STRIDES = "strides {strides} are negative, which a torch tensor cannot have; pass the pool with positive strides"
+WRITE_BYTE_ORDER = "it is a numpy.ndarray in non-native byte order ({dtype}), which torch cannot write"
+WRITE_UNALIGNED = "its {itemsize}-byte items are not aligned in memory (byte strides {strides}), which torch cannot write"
 
 # Value checks of the checked mode (values.py raises them, in that order).
 OFFSETS_START = PREFIX + " offsets[0] must be >= 0, got {value}"
@@ -55,10 +59,11 @@ X64_NOTE = (
     "enable it with jax.config.update('jax_enable_x64', True) (the library never changes it)"
 )
 
-# The DLPack bridge between torch and JAX (kv_canary/bridge.py).
+# The DLPack bridge between torch and JAX (kv_canary_arrays/bridge.py).
 BRIDGE_X64 = "kv-canary: cannot move an int64 array into JAX while jax_enable_x64 is off (JAX would make it int32)"
 BRIDGE_REFUSED = "kv-canary: cannot move a {source} array of shape {shape}, dtype {dtype} into {target} without a copy: {reason}"
 BRIDGE_COPIED = "the imported array does not share the source's memory"
+BRIDGE_NEGATIVE_STRIDES = "its byte strides {strides} are negative, which a torch tensor cannot have"
 BRIDGE_UNKNOWN = "kv-canary: cannot move a {type_name} into {target}: it is neither a torch tensor nor a JAX array nor exports DLPack"
 # Reason for CHOICE_UNAVAILABLE (backend="pallas" of the torch frontend: the JAX kernel on torch memory).
 PALLAS_NEEDS_JAX = "jax is not installed; install jax (and jaxlib) or pass another backend"

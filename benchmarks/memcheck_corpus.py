@@ -1,0 +1,301 @@
+"""A corpus of malformed-value cases through every kernel, pools compared with the reference.
+
+    # on a GPU, under the memory checker (an out-of-bounds access fails the run):
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 XLA_PYTHON_CLIENT_ALLOCATOR=platform \\
+      /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 \\
+      python3 benchmarks/memcheck_corpus.py
+    # anywhere (Triton and Pallas in their interpreters), a smoke run:
+    python3 benchmarks/memcheck_corpus.py --cases 64
+
+What it checks: every kernel writes exactly the cells ``shared_spec``'s
+reference writes, for values no well-behaved caller passes, and touches no
+memory outside its arguments. The two environment variables make each tensor
+and each JAX buffer its own device allocation (no caching allocator, no
+preallocated arena), so that compute-sanitizer sees an access one element past
+an argument as out of bounds instead of landing in a neighbour's memory.
+
+The corpus (deterministic, from ``--seed``): each *case* is one request whose
+start, end and row are drawn from a kind of malformed value: offsets at the
+int64 extremes (so that ``end - start`` wraps), decreasing and negative
+offsets, offsets past ``len(flat_in)``, lengths past the pool width, rows
+negative, past the pool and at the int64 extremes, rows repeated within a
+launch, and well-formed requests among them. Token ids span the whole int64
+range. Offsets chain (request r ends where r+1 starts), so cases alternate
+with *bridge* requests that carry the offsets from one case's end to the next
+case's start; a bridge's row is outside the pool (-1, R, INT64_MIN,
+INT64_MAX), so the spec skips it, and a kernel that writes for it fails the
+comparison. Many cases share one launch (memcheck makes every launch slow);
+that keeps the check exact because a cell several requests write may hold any
+of their values, and the comparison allows exactly that. Launches cycle over a
+few pool geometries (one column; many rows; more columns than one Triton tile;
+one token) and, for the torch kernels, pool layouts (contiguous, a column
+slice, every other row, every other column, transposed), each a view into a
+larger buffer whose cells outside the view are checked unchanged.
+
+Kernels: ``torch/triton`` (the torch launcher, ``backend="triton"``),
+``jax/pallas`` and ``jax/mosaic`` (``scatter_req_token_ids``); on a machine
+without a CUDA GPU, ``torch/triton`` runs in Triton's interpreter, the JAX
+kernels with ``interpret=True``, and ``torch/torch`` and ``jax/xla`` can be
+added. It prints ``cases run, mismatches, kernels`` and exits 1 on any
+mismatch (or on a kernel raising), 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from kv_canary_arrays.frameworks import cuda_available  # noqa: E402
+
+GPU = cuda_available()
+if not GPU:  # read by Triton when the kernel is defined, i.e. before the first launch
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import numpy as np  # noqa: E402
+
+from shared_spec.reference import scatter_reference, written_columns  # noqa: E402
+
+INT64_MIN, INT64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+GPU_KERNELS = ("torch/triton", "jax/pallas", "jax/mosaic")
+CPU_KERNELS = ("torch/triton", "torch/torch", "jax/xla", "jax/pallas", "jax/mosaic")
+# (rows R, columns C, tokens N): one column; many rows; more columns than a
+# 1024-column Triton tile; a single token.
+GEOMETRIES = ((8, 1, 5), (24, 96, 400), (6, 1030, 2600), (4, 7, 1))
+LAYOUTS = ("contiguous", "column-slice", "every-other-row", "every-other-column", "transposed")
+GUARD = -0x5A5A5A5A  # what the buffer around a pool view holds; a kernel never writes it
+
+
+# -- the corpus -----------------------------------------------------------------------
+
+
+def _span(rng, kind: str, n_tokens: int, width: int) -> tuple[int, int]:
+    """(start, end) of one case's segment, of the given kind of malformed value."""
+    length = int(rng.integers(0, width + 4))
+    if kind == "normal":
+        start = int(rng.integers(0, max(n_tokens, 1)))
+        return start, start + length
+    if kind == "decreasing":
+        start = int(rng.integers(0, n_tokens + width + 2))
+        return start, start - int(rng.integers(1, width + 3))
+    if kind == "negative":
+        start = -int(rng.integers(1, width + 3))
+        return start, start + length
+    if kind == "past_end":
+        start = n_tokens - int(rng.integers(-width - 2, 3))
+        return start, start + length
+    if kind == "tail":  # reads up to the last token, and writes up to the last column
+        start = max(n_tokens - width - int(rng.integers(0, 3)), -2)
+        return start, start + width + int(rng.integers(0, 3))
+    extremes = {
+        "min_start": (INT64_MIN, INT64_MIN + length),
+        "min_to_max": (INT64_MIN, INT64_MAX),  # end - start wraps to -1
+        "max_to_min": (INT64_MAX, INT64_MIN),  # end - start wraps to 1, but end < start
+        "max_start": (INT64_MAX - length, INT64_MAX),
+        "zero_to_max": (0, INT64_MAX),
+        "min_to_zero": (INT64_MIN, 0),
+        "near_min": (INT64_MIN + int(rng.integers(0, 3)), -int(rng.integers(0, 3))),
+    }
+    return extremes[kind]
+
+
+SPAN_KINDS = ("normal", "normal", "normal", "tail", "tail", "decreasing", "negative", "negative", "past_end", "past_end",
+              "min_start", "min_to_max", "max_to_min", "max_start", "zero_to_max", "min_to_zero", "near_min")
+ROW_KINDS = ("in_range", "in_range", "in_range", "in_range", "last", "last", "repeated", "repeated",
+             "minus_one", "rows", "int64_min", "int64_max", "far_negative")
+
+
+def _row(rng, kind: str, n_rows: int, earlier: list[int]) -> int:
+    if kind == "repeated" and earlier:
+        return earlier[int(rng.integers(0, len(earlier)))]
+    return {
+        "minus_one": -1,
+        "rows": n_rows,
+        "int64_min": INT64_MIN,
+        "int64_max": INT64_MAX,
+        "far_negative": -int(rng.integers(2, 2**40)),
+        "last": n_rows - 1,
+    }.get(kind, int(rng.integers(0, n_rows)))
+
+
+def build_launch(index: int, cases: int, seed: int):
+    """One launch: ``(flat_in, offsets, rows, pool, layout)`` (numpy) holding ``cases`` cases."""
+    rng = np.random.default_rng([seed, index])
+    n_rows, width, n_tokens = GEOMETRIES[index % len(GEOMETRIES)]
+    bridges = (-1, n_rows, INT64_MIN, INT64_MAX)
+    offsets, rows, in_range = [], [], []
+    position = 0
+    for case in range(cases):
+        start, end = _span(rng, SPAN_KINDS[int(rng.integers(0, len(SPAN_KINDS)))], n_tokens, width)
+        offsets += [position, start]  # the bridge from the previous end to this start
+        rows.append(bridges[case % len(bridges)])
+        row = _row(rng, ROW_KINDS[int(rng.integers(0, len(ROW_KINDS)))], n_rows, in_range)
+        rows.append(row)
+        if 0 <= row < n_rows:
+            in_range.append(row)
+        position = end
+    offsets.append(position)
+    # offsets[0] is 0 and every case starts at an odd index: requests 2k are bridges, 2k+1 cases.
+    flat_in = rng.integers(INT64_MIN, INT64_MAX, size=n_tokens, dtype=np.int64, endpoint=True)
+    pool = rng.integers(-(2**31), 2**31, size=(n_rows, width), dtype=np.int64).astype(np.int32)
+    layout = LAYOUTS[index % len(LAYOUTS)]  # 5 layouts, 4 geometries: every pair within 20 launches
+    return flat_in, np.array(offsets, dtype=np.int64), np.array(rows, dtype=np.int64), pool, layout
+
+
+def corpus(total: int, per_launch: int, seed: int):
+    """Launches holding ``total`` cases in all, ``per_launch`` at most each."""
+    index = 0
+    while total > 0:
+        cases = min(per_launch, total)
+        yield build_launch(index, cases, seed)
+        total -= cases
+        index += 1
+
+
+# -- the comparison -------------------------------------------------------------------
+
+
+def mismatches(flat_in, offsets, rows, pool, got) -> int:
+    """Cells of ``got`` the spec does not allow: not the reference's, nor (where several requests write) one of theirs."""
+    expected = scatter_reference(flat_in, offsets, rows, pool)
+    wrong = np.argwhere(got != expected)
+    if not len(wrong):
+        return 0
+    n_rows, width = pool.shape
+    with np.errstate(over="ignore"):
+        base, lo, hi = written_columns(offsets[:-1], offsets[1:], width, flat_in.shape[0])
+    bad = 0
+    for row, column in wrong:
+        writers = np.flatnonzero((rows == row) & (lo <= column) & (column < hi))
+        allowed = {int(np.int64(flat_in[base[r] + column]).astype(np.int32)) for r in writers}
+        bad += int(got[row, column]) not in allowed
+    return bad
+
+
+# -- the kernels ----------------------------------------------------------------------
+
+
+def _torch_pool(pool: np.ndarray, layout: str, device):
+    """``(buffer, view)``: the pool as a view of ``layout`` into a larger guard-filled buffer."""
+    import torch
+
+    n_rows, width = pool.shape
+    values = torch.from_numpy(pool).to(device)
+    if layout == "transposed":
+        buffer = torch.full((width + 2, n_rows + 3), GUARD, dtype=torch.int32, device=device)
+        view = buffer[1 : 1 + width, 2 : 2 + n_rows].T
+    elif layout == "column-slice":
+        buffer = torch.full((n_rows, width + 5), GUARD, dtype=torch.int32, device=device)
+        view = buffer[:, 3 : 3 + width]
+    elif layout == "every-other-row":
+        buffer = torch.full((2 * n_rows + 1, width), GUARD, dtype=torch.int32, device=device)
+        view = buffer[1::2]
+    elif layout == "every-other-column":
+        buffer = torch.full((n_rows, 2 * width + 1), GUARD, dtype=torch.int32, device=device)
+        view = buffer[:, 1::2]
+    else:
+        buffer = torch.full((n_rows, width), GUARD, dtype=torch.int32, device=device)
+        view = buffer
+    view.copy_(values)
+    return buffer, view
+
+
+def run_torch(backend: str, launch) -> tuple[np.ndarray, int]:
+    """(pool after the call, guard cells changed)."""
+    import torch
+
+    from kv_canary_torch import launch_scatter_req_token_ids_kernel
+
+    flat_in, offsets, rows, pool, layout = launch
+    device = "cuda" if GPU else "cpu"
+    buffer, view = _torch_pool(pool, layout, device)
+    mask = torch.ones_like(buffer, dtype=torch.bool)
+    view_mask = mask.as_strided(view.shape, view.stride(), view.storage_offset())
+    view_mask.fill_(False)
+    args = [torch.from_numpy(a).to(device) for a in (flat_in, offsets, rows)]
+    launch_scatter_req_token_ids_kernel(flat_in=args[0], offsets=args[1], req_pool_indices=args[2], pool_out=view, backend=backend)
+    guards = int((buffer[mask] != GUARD).sum())
+    return view.cpu().numpy(), guards
+
+
+def run_jax(implementation: str, launch) -> tuple[np.ndarray, int]:
+    import jax
+
+    from kv_canary_jax import scatter_req_token_ids
+
+    flat_in, offsets, rows, pool, _ = launch
+    device = jax.devices("gpu")[0] if GPU else jax.devices("cpu")[0]
+    args = [jax.device_put(a, device) for a in (flat_in, offsets, rows, pool)]
+    out = scatter_req_token_ids(*args, implementation=implementation, interpret=not GPU)
+    return np.asarray(out), 0
+
+
+def runner(kernel: str):
+    frontend, name = kernel.split("/")
+    if frontend == "torch":
+        return lambda launch: run_torch(name, launch)
+    return lambda launch: run_jax(name, launch)
+
+
+def unavailable(kernel: str) -> str | None:
+    """Why ``kernel`` cannot run here (None: it can)."""
+    frontend, name = kernel.split("/")
+    if frontend == "torch":
+        import torch
+
+        from kv_canary_torch import backends
+
+        try:
+            backends.resolve(name, torch.empty((0, 0), dtype=torch.int32, device="cuda" if GPU else "cpu"))
+        except ValueError as error:
+            return str(error)
+        return None
+    from kv_canary_jax import implementations, platforms
+
+    return implementations.unavailable_reason(name, platforms.CUDA if GPU else platforms.CPU, not GPU)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", type=int, default=1024, help="malformed-value cases per kernel (default 1024)")
+    parser.add_argument("--per-launch", type=int, default=64, help="cases per kernel launch (default 64)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kernels", nargs="+", choices=sorted(set(CPU_KERNELS)),
+                        default=list(GPU_KERNELS if GPU else CPU_KERNELS))
+    args = parser.parse_args(argv)
+    import jax
+
+    jax.config.update("jax_enable_x64", True)  # this process's choice: int64 arguments need it
+
+    kernels, skipped = [], []
+    for kernel in args.kernels:
+        reason = unavailable(kernel)
+        (skipped.append(f"{kernel} ({reason})") if reason else kernels.append(kernel))
+    launches = list(corpus(args.cases, args.per_launch, args.seed))
+    cases = bad = 0
+    for kernel in kernels:
+        run = runner(kernel)
+        for launch in launches:
+            n_cases = (launch[2].shape[0]) // 2
+            try:
+                got, guards = run(launch)
+                wrong = mismatches(*launch[:4], got) + guards
+            except Exception as error:  # a kernel that raises on any value fails the corpus
+                print(f"{kernel}: raised {type(error).__name__}: {error}", file=sys.stderr)
+                wrong = n_cases
+            if wrong:
+                print(f"{kernel}: {wrong} wrong cells, launch geometry {launch[3].shape} layout {launch[4]}", file=sys.stderr)
+            cases += n_cases
+            bad += wrong
+    print(f"cases run: {cases} ({args.cases} per kernel, {len(launches)} launches each), "
+          f"mismatches: {bad}, kernels: {', '.join(kernels) or 'none'}")
+    for line in skipped:
+        print(f"skipped: {line}")
+    return 1 if bad or not kernels else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

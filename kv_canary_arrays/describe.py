@@ -1,0 +1,134 @@
+"""Any argument as the spec's checks see it, for the frontend that computes with it.
+
+Contract: ``describe(x, *, frontend, written=False)`` returns the
+``shared_spec.checks.ArrayView`` of an array of any framework, or
+``NotAnArray(type name)`` for anything else (lists, tuples, scalars, None,
+numpy scalars). ``frontend`` is ``TORCH`` or ``JAX``: the framework the
+arrays will be computed in, which decides three things:
+
+- dtype: the canonical name (``dtype_name``: numpy's ``dtype.name`` whatever
+  the byte order, ``bfloat16``, ``bool``; a dtype numpy cannot name, such as a
+  JAX PRNG key's, as the framework prints it: ``key<fry>``). For the JAX
+  frontend, host data (numpy arrays, torch tensors) is described with the dtype
+  JAX would give it (``jax_dtype_name``): with x64 disabled an int64 array is
+  reported as int32, whichever framework it comes from, so the dtype check
+  fails with the spec's message and never "must be int64, got int64".
+- device: a torch tensor's own device (``cpu``, ``cuda:0``); a JAX array's
+  single device, None for a tracer or an array sharded over several devices;
+  a numpy array is ``cpu`` for the torch frontend (it crosses zero-copy, so it
+  must be where the pool is) and None for the JAX frontend (host data is copied
+  to where the computation runs).
+- ``write_problem`` (``written``: the argument is ``pool_out``; only the torch
+  frontend writes in place): one of the ``errors.WRITE_*`` reasons, filled in,
+  when the array cannot be written in place through a torch tensor: a JAX array
+  or a read-only numpy array (immutable), a numpy array in non-native byte
+  order, with unaligned items, or with negative strides (torch tensors have
+  neither), or a layout where two cells share memory.
+
+Nothing here copies or converts data, so a call that fails its checks moves nothing.
+"""
+
+from __future__ import annotations
+
+from kv_canary_arrays import devices
+from kv_canary_arrays.frameworks import JAX, TORCH, is_jax, is_numpy, is_torch
+from shared_spec import errors
+from shared_spec.checks import ArrayView, NotAnArray, cells_overlap
+
+__all__ = ["JAX", "TORCH", "describe", "dtype_name", "jax_dtype_name", "jax_x64_enabled", "negative_strides", "numpy_write_problem", "torch_writable"]
+
+
+def dtype_name(x) -> str:
+    """The canonical dtype name of an array of any framework."""
+    if is_torch(x):
+        return str(x.dtype).removeprefix("torch.")
+    import numpy as np
+
+    try:
+        return np.dtype(x.dtype).name
+    except TypeError:  # no numpy dtype (a JAX PRNG key array): the framework's own spelling
+        return str(x.dtype)
+
+
+def jax_x64_enabled() -> bool:
+    """Whether JAX keeps int64 arrays int64 here (reads the flag, including context overrides)."""
+    import jax
+    import numpy as np
+
+    return jax.dtypes.canonicalize_dtype(np.int64) == np.dtype(np.int64)
+
+
+def jax_dtype_name(name: str) -> str:
+    """The name of the dtype JAX gives host data whose dtype is called ``name``."""
+    import jax
+    import numpy as np
+
+    try:
+        return np.dtype(jax.dtypes.canonicalize_dtype(np.dtype(name))).name
+    except TypeError:  # a dtype JAX or numpy has no arrays of (object, str, torch-only): as it is
+        return name
+
+
+def describe(x, *, frontend: str, written: bool = False) -> ArrayView | NotAnArray:
+    """What the spec's checker needs to know of one argument; see the module docstring."""
+    if frontend not in (TORCH, JAX):
+        raise ValueError(f"frontend must be {TORCH!r} or {JAX!r}, got {frontend!r}")
+    in_place = written and frontend == TORCH
+    if is_torch(x):
+        problem = None
+        if in_place and x.dim() == 2 and not torch_writable(x):
+            problem = errors.WRITE_OVERLAP.format(strides=tuple(x.stride()))
+        return ArrayView(tuple(x.shape), _host_dtype(x, frontend), devices.torch_device_name(x), problem)
+    if is_jax(x):
+        device = devices.jax_single_device(x)
+        name = None if device is None else devices.jax_device_name(device)
+        problem = errors.WRITE_IMMUTABLE.format(type_name="jax.Array") if in_place else None
+        return ArrayView(tuple(x.shape), dtype_name(x), name, problem)
+    if is_numpy(x):
+        problem = numpy_write_problem(x) if in_place else None
+        device = devices.CPU if frontend == TORCH else None
+        return ArrayView(tuple(x.shape), _host_dtype(x, frontend), device, problem)
+    return NotAnArray(type(x).__name__)
+
+
+def _host_dtype(x, frontend: str) -> str:
+    name = dtype_name(x)
+    return jax_dtype_name(name) if frontend == JAX else name
+
+
+def torch_writable(pool) -> bool:
+    """True when no two cells of the 2-D tensor ``pool`` share memory (so it can be written in place).
+
+    Two sufficient shortcuts answer the usual layouts in one or two C++ calls
+    and stay traceable by TorchDynamo under dynamic shapes: a contiguous
+    tensor, and rows of unit-stride columns spaced at least a row apart (a
+    column slice of a wider pool). Every other layout goes to the spec's
+    ``cells_overlap``. The torch frontend's fast check calls it on every launch.
+    """
+    if pool.is_contiguous():
+        return True
+    stride_row, stride_col = pool.stride()
+    if stride_col == 1 and stride_row >= pool.shape[1]:
+        return True
+    return not cells_overlap(pool.shape, (stride_row, stride_col))
+
+
+def negative_strides(x) -> bool:
+    """True when a numpy array steps backwards along an axis of more than one item (torch tensors cannot)."""
+    return any(s < 0 and n > 1 for s, n in zip(x.strides, x.shape))
+
+
+def numpy_write_problem(x) -> str | None:
+    """Why a numpy array cannot be written in place through a torch tensor (None: it can)."""
+    if not x.flags.writeable:
+        return errors.WRITE_IMMUTABLE.format(type_name="read-only numpy.ndarray")
+    if not x.dtype.isnative:
+        return errors.WRITE_BYTE_ORDER.format(dtype=x.dtype.str)
+    if not x.flags.aligned:
+        return errors.WRITE_UNALIGNED.format(itemsize=x.dtype.itemsize, strides=x.strides)
+    strides = tuple(s // x.itemsize for s in x.strides)
+    if negative_strides(x):
+        return errors.WRITE_NEGATIVE_STRIDES.format(strides=strides)
+    if x.ndim == 2 and cells_overlap(x.shape, strides):
+        return errors.WRITE_OVERLAP.format(strides=strides)
+    return None

@@ -1,0 +1,74 @@
+"""The single-device computation under both entry points (``api`` and ``sharded``).
+
+Contract:
+
+- ``prepare(values, platform, implementation, interpret, check_values) ->
+  (plan, staged)``: for arguments that passed the checks, what runs
+  (``implementations.plan`` for ``platform``; then ``check_values`` must be a
+  bool, ``shared_spec.checks.require_bool``) and whether the checked mode's
+  value rules are staged into the computation (``staged``: traced offsets or
+  rows) rather than checked now on the host (concrete ones: the first
+  violation is raised here, before anything runs).
+- ``scatter(flat_in, offsets, rows, pool, *, plan, interpret, staged)``: the
+  jitted call on JAX arrays of one device (or one device's block under
+  ``shard_map``): the planned implementation, chosen per platform when
+  lowering; with ``staged``, gated by the value rules (``checked.staged_checks``:
+  the pool comes back unchanged when one fails).
+
+``api`` calls these for one device, ``sharded`` inside ``shard_map`` for each
+device's block; neither imports the other's private parts.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+from jax import lax
+
+from kv_canary_jax import checked, implementations, platforms, xla
+from shared_spec.checks import require_bool
+
+
+def prepare(values, platform, implementation, interpret: bool, check_values: bool):
+    """``(plan, staged)`` for checked arguments; see the module docstring."""
+    plan = implementations.plan(implementation, platform, interpret)
+    flat_in, offsets, rows, pool = values
+    if not require_bool("check_values", check_values):
+        return plan, False
+    if platforms.is_tracer(offsets) or platforms.is_tracer(rows):
+        return plan, True
+    checked.raise_eagerly(offsets, rows, flat_in.shape[0], pool.shape[0])
+    return plan, False
+
+
+def _implementation(name: str, interpret: bool):
+    # The kernels are imported here, once chosen: jax.experimental.pallas.triton and
+    # .mosaic_gpu may not import (implementations says why), and the default must
+    # fall through past them without touching either.
+    if name == implementations.PALLAS:
+        from kv_canary_jax import pallas_triton
+
+        return functools.partial(pallas_triton.scatter, interpret=interpret)
+    if name == implementations.MOSAIC:
+        from kv_canary_jax import pallas_mosaic_gpu
+
+        return functools.partial(pallas_mosaic_gpu.scatter, interpret=interpret)
+    return xla.scatter
+
+
+@functools.partial(jax.jit, static_argnames=("plan", "interpret", "staged"))
+def scatter(flat_in, offsets, rows, pool, *, plan, interpret, staged):
+    """The planned implementation on JAX arrays; see the module docstring."""
+
+    def write(flat_in, offsets, rows, pool):
+        if len(plan) == 1 and plan[0][0] is None:
+            return _implementation(plan[0][1], interpret)(flat_in, offsets, rows, pool)
+        per_platform = {p: _implementation(name, interpret) for p, name in plan if p is not None}
+        default = next((_implementation(name, interpret) for p, name in plan if p is None), None)
+        return lax.platform_dependent(flat_in, offsets, rows, pool, default=default, **per_platform)
+
+    if not staged:
+        return write(flat_in, offsets, rows, pool)
+    ok = checked.staged_checks(offsets, rows, flat_in.shape[0], pool.shape[0])
+    return lax.cond(ok, write, lambda *args: args[3], flat_in, offsets, rows, pool)

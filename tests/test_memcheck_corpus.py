@@ -1,0 +1,65 @@
+"""benchmarks/memcheck_corpus.py: the corpus, its comparison, and a CPU smoke run of the script.
+
+On the GPU machine the same script runs under compute-sanitizer (see its docstring).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "memcheck_corpus.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("memcheck_corpus", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+mc = _module()
+
+
+def test_the_corpus_is_deterministic_and_counts_its_cases():
+    first, again = list(mc.corpus(100, 32, seed=3)), list(mc.corpus(100, 32, seed=3))
+    assert [launch[2].shape[0] // 2 for launch in first] == [32, 32, 32, 4]
+    for a, b in zip(first, again):
+        for x, y in zip(a[:4], b[:4]):
+            np.testing.assert_array_equal(x, y)
+    offsets = np.concatenate([launch[1] for launch in first])
+    rows = np.concatenate([launch[2] for launch in first])
+    assert offsets.min() == mc.INT64_MIN and offsets.max() == mc.INT64_MAX
+    assert rows.min() == mc.INT64_MIN and rows.max() == mc.INT64_MAX
+    assert {launch[4] for launch in mc.corpus(20 * 8, 8, seed=0)} == set(mc.LAYOUTS)
+
+
+def test_the_comparison_allows_any_writer_of_a_shared_cell_and_nothing_else():
+    flat_in = np.array([10, 11, 20, 21], dtype=np.int64)
+    offsets = np.array([0, 2, 4], dtype=np.int64)
+    rows = np.array([1, 1], dtype=np.int64)  # both requests write row 1, columns 0 and 1
+    pool = np.zeros((2, 3), dtype=np.int32)
+    got = pool.copy()
+    got[1, :2] = [10, 21]  # one cell from each writer: allowed
+    assert mc.mismatches(flat_in, offsets, rows, pool, got) == 0
+    got[1, 2] = 7  # a cell nobody writes
+    got[0, 0] = 11  # a writer's value in the wrong row
+    assert mc.mismatches(flat_in, offsets, rows, pool, got) == 2
+
+
+def test_the_script_runs_on_the_cpu():
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
+    command = [sys.executable, str(SCRIPT), "--cases", "8", "--per-launch", "2",
+               "--kernels", "torch/triton", "torch/torch", "jax/xla", "jax/pallas"]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    summary = re.search(r"cases run: (\d+) .* mismatches: (\d+), kernels: (.*)", result.stdout)
+    assert summary is not None, result.stdout
+    assert summary.groups() == ("32", "0", "torch/triton, torch/torch, jax/xla, jax/pallas")
