@@ -1,4 +1,4 @@
-"""kv-canary for JAX: ``scatter_req_token_ids`` on Pallas kernels (Triton lowering, Mosaic GPU) and an XLA path.
+"""kv-canary for JAX: ``scatter_req_token_ids`` on Pallas kernels (Triton lowering, Mosaic GPU, Mosaic TPU) and an XLA path.
 
 Modules, one purpose each:
 
@@ -9,6 +9,8 @@ Modules, one purpose each:
 - ``implementations``: ``implementation=`` resolution per platform.
 - ``pallas_triton``: the Pallas kernel, Triton lowering (CUDA GPUs; anywhere when interpreted).
 - ``pallas_mosaic_gpu``: the Pallas kernel, Mosaic GPU (Hopper and newer; anywhere when interpreted).
+- ``pallas_mosaic_tpu``: the Pallas kernel, Mosaic TPU (TPUs; anywhere when interpreted).
+- ``batching``: ``jax.vmap`` for the Mosaic kernels, one call per example.
 - ``xla``: the pure-XLA implementation (any platform).
 - ``checked``: ``check_values=True``, eagerly or through ``checkify``.
 - ``platforms``: device and platform names (``kv_canary_arrays.devices``), default platform, the GPU.

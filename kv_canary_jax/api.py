@@ -49,8 +49,8 @@ made inside ``jit`` is a tracer even when built from a constant
 ``jax.vmap`` is supported, over any of the arguments (e.g. one batch written
 into a stack of pools, ``in_axes=(None, None, None, 0)``): the checks see one
 example's shapes, the XLA path batches natively, the Pallas kernel gets a
-batch grid axis from ``pallas_call``'s batching rule, the Mosaic GPU kernel
-runs once per example (its own rule: Mosaic GPU lowers no batched grid). With
+batch grid axis from ``pallas_call``'s batching rule, the Mosaic GPU and
+Mosaic TPU kernels run once per example (``batching.per_example``). With
 ``offsets`` batched, the XLA path's choice between its two formulations
 (``lax.cond``) becomes a select that evaluates both: time, not correctness.
 """
@@ -77,9 +77,10 @@ def scatter_req_token_ids(
     """Write each request's token ids into its row of ``pool_out``; return the new pool.
 
     ``implementation``: None (best available), ``"pallas"``, ``"mosaic"``,
-    ``"xla"``, or a sequence tried in order. ``interpret``: run the Pallas
-    kernels (``"pallas"``, ``"mosaic"``) in the Pallas interpreter (any
-    platform). ``check_values``: enforce the value rules of
+    ``"mosaic_tpu"``, ``"xla"``, or a sequence tried in order. ``interpret``:
+    run the Pallas kernels (``"pallas"``, ``"mosaic"``, ``"mosaic_tpu"``) in
+    the Pallas interpreter (any platform; TPU interpret mode for
+    ``"mosaic_tpu"``). ``check_values``: enforce the value rules of
     ``shared_spec.values`` (offsets non-decreasing from 0 up to ``len(flat_in)``,
     rows in range and distinct) before writing; a bool (or ``numpy.bool_``).
     """

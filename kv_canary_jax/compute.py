@@ -43,9 +43,9 @@ def prepare(values, platform, implementation, interpret: bool, check_values: boo
 
 
 def _implementation(name: str, interpret: bool):
-    # The kernels are imported here, once chosen: jax.experimental.pallas.triton and
-    # .mosaic_gpu may not import (implementations says why), and the default must
-    # fall through past them without touching either.
+    # The kernels are imported here, once chosen: jax.experimental.pallas.triton,
+    # .mosaic_gpu and .tpu may not import (implementations says why), and the
+    # default must fall through past them without touching them.
     if name == implementations.PALLAS:
         from kv_canary_jax import pallas_triton
 
@@ -54,6 +54,10 @@ def _implementation(name: str, interpret: bool):
         from kv_canary_jax import pallas_mosaic_gpu
 
         return functools.partial(pallas_mosaic_gpu.scatter, interpret=interpret)
+    if name == implementations.MOSAIC_TPU:
+        from kv_canary_jax import pallas_mosaic_tpu
+
+        return functools.partial(pallas_mosaic_tpu.scatter, interpret=interpret)
     return xla.scatter
 
 

@@ -1,15 +1,17 @@
 """Conformance runners for the JAX frontend: one ``shared_spec.conformance.Runner`` per implementation.
 
-Contract: ``runners() -> list[Runner]`` gives ``jax/xla``, ``jax/pallas`` and ``jax/mosaic``.
-Arrays are built from ``ArrayData.numpy()`` and ``jax.device_put`` on the
-named device (``"cpu"`` or the accelerator). ``accelerator`` is ``"cuda:0"``
-when JAX sees a CUDA GPU, else None. JAX is functional (``in_place=False``):
+Contract: ``runners() -> list[Runner]`` gives ``jax/xla``, ``jax/pallas``, ``jax/mosaic``
+and ``jax/mosaic_tpu``. Arrays are built from ``ArrayData.numpy()`` and
+``jax.device_put`` on the named device (``"cpu"`` or the accelerator).
+``accelerator`` is ``"cuda:0"`` when JAX sees a CUDA GPU, else ``"tpu:0"``
+when it sees a TPU, else None. JAX is functional (``in_place=False``):
 cases that need an in-place frontend are skipped by the harness. The Pallas
 runner runs the real kernel on a GPU and the Pallas interpreter otherwise; the
 Mosaic GPU runner runs the real kernel on a GPU Mosaic GPU compiles for
 (compute capability 9.0 or newer) and the Pallas interpreter otherwise, and is
 ``unavailable`` (with the reason) where ``jax.experimental.pallas.mosaic_gpu``
-does not import.
+does not import; the Mosaic TPU runner runs the real kernel on a TPU and
+Pallas's TPU interpreter otherwise.
 The runners never change ``jax_enable_x64``; without it they are marked
 ``unavailable`` (int64 arguments cannot exist).
 """
@@ -34,13 +36,20 @@ class JaxRunner(Runner):
     interpret = False
 
     def __init__(self) -> None:
-        gpu = platforms.gpu_device()
+        accelerator = platforms.accelerator_device()
         self._devices = {"cpu": jax.devices("cpu")[0]}
-        if gpu is not None:
-            self.accelerator = platforms.device_name(gpu)
-            self._devices[self.accelerator] = gpu
+        # Where the runner computes: the accelerator's platform, else the host.
+        self.platform = platforms.CPU
+        if accelerator is not None:
+            self.accelerator = platforms.device_name(accelerator)
+            self._devices[self.accelerator] = accelerator
+            self.platform = platforms.platform(accelerator)
         if not jax_x64_enabled():
             self.unavailable = X64_DISABLED
+
+    def needs_interpreter(self) -> bool:
+        """Whether this runner's kernel cannot run natively here: then it runs interpreted."""
+        return implementations.unavailable_reason(self.backend, self.platform, False) is not None
 
     def array(self, data: ArrayData, device: str):
         return jax.device_put(data.numpy(), self._devices[device])
@@ -64,7 +73,7 @@ class PallasRunner(JaxRunner):
     def __init__(self) -> None:
         super().__init__()
         # The real kernel where there is a GPU; its interpreter everywhere else.
-        self.interpret = self.accelerator is None
+        self.interpret = self.needs_interpreter()
 
 
 class MosaicRunner(JaxRunner):
@@ -73,11 +82,19 @@ class MosaicRunner(JaxRunner):
     def __init__(self) -> None:
         super().__init__()
         # The real kernel where a GPU can run it (Hopper on); its interpreter everywhere else.
-        platform = platforms.CUDA if self.accelerator is not None else platforms.CPU
-        self.interpret = implementations.unavailable_reason(implementations.MOSAIC, platform, False) is not None
+        self.interpret = self.needs_interpreter()
         if self.unavailable is None:
-            self.unavailable = implementations.unavailable_reason(implementations.MOSAIC, platform, self.interpret)
+            self.unavailable = implementations.unavailable_reason(self.backend, self.platform, self.interpret)
+
+
+class MosaicTpuRunner(JaxRunner):
+    backend = implementations.MOSAIC_TPU
+
+    def __init__(self) -> None:
+        super().__init__()
+        # The real kernel on a TPU; Pallas's TPU interpreter everywhere else.
+        self.interpret = self.needs_interpreter()
 
 
 def runners() -> list[Runner]:
-    return [XlaRunner(), PallasRunner(), MosaicRunner()]
+    return [XlaRunner(), PallasRunner(), MosaicRunner(), MosaicTpuRunner()]

@@ -1,4 +1,4 @@
-"""Choosing an implementation: ``implementation=None | "pallas" | "mosaic" | "xla" | sequence``.
+"""Choosing an implementation: ``implementation=None | "pallas" | "mosaic" | "mosaic_tpu" | "xla" | sequence``.
 
 Contract: ``plan(implementation, platform, interpret) -> Plan`` names what
 runs, or raises ``errors.choice_error`` (a name, or a sequence entry, that is
@@ -20,11 +20,15 @@ on JAX's default platform. Neither reads data.
   ``interpret=True``. Either way it needs ``jax.experimental.pallas.mosaic_gpu``
   to import (a JAX that has it, and absl-py); where it does not, "mosaic" is
   unavailable with the import error as the reason, and never breaks the others.
+- ``"mosaic_tpu"``: the Mosaic TPU Pallas kernel (``pallas_mosaic_tpu``), on
+  TPUs; on any platform with ``interpret=True`` (Pallas's TPU interpreter).
 - a sequence: the first name that can run.
-- None: ``DEFAULT``: ``("mosaic", "pallas", "xla")`` once ``MOSAIC_IN_DEFAULT``
-  is True, ``("pallas", "xla")`` until then: the fastest kernel that runs on
-  the GPU (or everywhere under ``interpret=True``), XLA otherwise. An older GPU,
-  or a JAX without Mosaic GPU, falls through to the next name.
+- None: the platform's entry in ``PLATFORM_DEFAULTS`` (on a TPU:
+  ``("mosaic_tpu", "xla")``), else ``DEFAULT``: ``("mosaic", "pallas", "xla")``
+  once ``MOSAIC_IN_DEFAULT`` is True, ``("pallas", "xla")`` until then: the
+  fastest kernel that runs on the GPU (or everywhere under ``interpret=True``),
+  XLA otherwise. An older GPU, or a JAX without Mosaic GPU, falls through to
+  the next name.
 
 The compute capability is that of the first CUDA GPU JAX sees
 (``jax.devices("gpu")``: ``jax.devices()[0]`` wherever a GPU is the default
@@ -51,14 +55,17 @@ import importlib
 from shared_spec import errors
 from kv_canary_jax import platforms
 
-PALLAS, MOSAIC, XLA = "pallas", "mosaic", "xla"
-IMPLEMENTATIONS: tuple[str, ...] = (PALLAS, MOSAIC, XLA)
+PALLAS, MOSAIC, MOSAIC_TPU, XLA = "pallas", "mosaic", "mosaic_tpu", "xla"
+IMPLEMENTATIONS: tuple[str, ...] = (PALLAS, MOSAIC, MOSAIC_TPU, XLA)
 # Whether implementation=None tries the Mosaic GPU kernel first. It stays off
 # until the kernel has passed conformance and met the speed bar (device time
 # <= 1.1x the Triton kernel's at every benchmark case of 512K tokens or more)
 # on an H200; flipping it is the whole change.
 MOSAIC_IN_DEFAULT = False
 DEFAULT: tuple[str, ...] = (MOSAIC, PALLAS, XLA) if MOSAIC_IN_DEFAULT else (PALLAS, XLA)
+# implementation=None on these platforms (DEFAULT elsewhere): on a TPU the
+# only kernel is the Mosaic TPU one.
+PLATFORM_DEFAULTS: dict[str, tuple[str, ...]] = {platforms.TPU: (MOSAIC_TPU, XLA)}
 OPTION = "implementation"
 # The oldest GPU Mosaic GPU compiles for: Hopper (sm_90).
 MOSAIC_MIN_CAPABILITY = (9, 0)
@@ -66,10 +73,10 @@ MOSAIC_MIN_CAPABILITY = (9, 0)
 Plan = tuple[tuple[str | None, str], ...]
 
 
-def requested(implementation) -> tuple[tuple[str, ...], bool]:
-    """The names to try, in order, and whether exactly one name was asked for."""
+def requested(implementation, platform: str | None = None) -> tuple[tuple[str, ...], bool]:
+    """The names to try on ``platform``, in order, and whether exactly one name was asked for."""
     if implementation is None:
-        return DEFAULT, False
+        return PLATFORM_DEFAULTS.get(platform, DEFAULT), False
     if isinstance(implementation, str):
         if implementation not in IMPLEMENTATIONS:
             raise errors.choice_error(OPTION, implementation, IMPLEMENTATIONS)
@@ -98,6 +105,8 @@ def unavailable_reason(name: str, platform: str, interpret: bool) -> str | None:
             return errors.PALLAS_NOT_IMPORTABLE.format(error=error)
     if name == MOSAIC:
         return _mosaic_unavailable_reason(platform, interpret)
+    if name == MOSAIC_TPU and platform != platforms.TPU and not interpret:
+        return errors.MOSAIC_TPU_NEEDS_TPU
     return None
 
 
@@ -171,14 +180,14 @@ def available_implementations(interpret: bool = False) -> tuple[str, ...]:
 
 def plan(implementation, platform: str | None, interpret: bool) -> Plan:
     """What runs: one name for a known platform, one per platform under tracing."""
-    names, single = requested(implementation)
     if platform is not None:
-        return ((None, choose(names, single, platform, interpret)),)
-    choose(names, single, platforms.default_platform(), interpret)  # raises for the likely platform
+        return ((None, choose(*requested(implementation, platform), platform, interpret)),)
+    likely = platforms.default_platform()
+    choose(*requested(implementation, likely), likely, interpret)  # raises for the likely platform
     per_platform: dict[str | None, str] = {}
-    for key, assumed in ((platforms.CUDA, platforms.CUDA), (None, platforms.CPU)):
+    for key, assumed in ((platforms.CUDA, platforms.CUDA), (platforms.TPU, platforms.TPU), (None, platforms.CPU)):
         try:
-            per_platform[key] = choose(names, single, assumed, interpret)
+            per_platform[key] = choose(*requested(implementation, assumed), assumed, interpret)
         except errors.KvCanaryValueError:
             pass
     if len(set(per_platform.values())) == 1 and None in per_platform:

@@ -85,8 +85,8 @@ stores; the parallelism is across programs. How the GPU launches it is
 
 ``jax.vmap``: Mosaic GPU does not lower the batched ``pallas_call`` that
 Pallas's batching rule builds (its grid gains a vmapped axis), so ``scatter``
-carries its own rule (``jax.custom_batching.custom_vmap``): one kernel per
-example, in a ``lax.map``. Correct for any batched arguments; a batch of pools
+carries its own rule (``batching.per_example``): one kernel per example, in a
+``lax.map``. Correct for any batched arguments; a batch of pools
 costs one launch per pool.
 """
 
@@ -101,6 +101,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from kv_canary_jax import batching
 from shared_spec.reference import longest_window, written_columns
 
 # The threads of one warpgroup, which executes a Mosaic GPU kernel in the Lane
@@ -378,20 +379,4 @@ def scatter(
     if min(bs, n_tokens, n_rows, width) == 0:
         return pool_out
     call = functools.partial(_call, interpret=interpret, block=block, via=entry(interpret))
-
-    @jax.custom_batching.custom_vmap
-    def write(flat_in, offsets, req_pool_indices, pool_out):
-        return call(flat_in, offsets, req_pool_indices, pool_out)
-
-    @write.def_vmap
-    def _write_batched(axis_size, in_batched, *args):
-        batched = [a for a, b in zip(args, in_batched) if b]
-
-        def one(example):
-            example = iter(example)
-            full = [next(example) if b else a for a, b in zip(args, in_batched)]
-            return write(*full)  # itself batchable: nested vmaps nest lax.maps
-
-        return lax.map(one, batched), True
-
-    return write(flat_in, offsets, req_pool_indices, pool_out)
+    return batching.per_example(call)(flat_in, offsets, req_pool_indices, pool_out)

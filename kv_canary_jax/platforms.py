@@ -14,6 +14,8 @@ Contract:
 - ``default_platform() -> str``: the platform of ``jax.devices()[0]``, where
   JAX puts uncommitted data and what a jitted function compiles for by default.
 - ``gpu_device() -> jax.Device | None``: the first CUDA GPU JAX sees, or None.
+- ``accelerator_device() -> jax.Device | None``: that GPU, else the first TPU
+  JAX sees, else None.
 - ``is_tracer(x) -> bool``: ``x`` is being traced (no data, no device).
 
 ``platform``, ``device_name``, ``single_device`` and ``is_tracer`` are
@@ -30,7 +32,12 @@ import jax
 from kv_canary_arrays import devices
 from kv_canary_arrays.devices import CPU, CUDA, is_tracer
 
-__all__ = ["CPU", "CUDA", "default_platform", "device_name", "gpu_device", "is_tracer", "platform", "single_device"]
+__all__ = [
+    "CPU", "CUDA", "TPU", "accelerator_device", "default_platform", "device_name", "gpu_device", "is_tracer",
+    "platform", "single_device",
+]
+# The lowering platform of TPUs, as jax.lax.platform_dependent names it.
+TPU = "tpu"
 
 # The names both frontends need live in the neutral layer (kv_canary_arrays.devices);
 # the JAX frontend keeps calling them by its own names.
@@ -55,3 +62,16 @@ def gpu_device():
         if platform(device) == CUDA:
             return device
     return None
+
+
+@functools.cache
+def accelerator_device():
+    """The first CUDA GPU JAX sees, else its first TPU (None on a host without either)."""
+    gpu = gpu_device()
+    if gpu is not None:
+        return gpu
+    try:
+        tpus = jax.devices(TPU)
+    except RuntimeError:  # no TPU backend here
+        return None
+    return tpus[0] if tpus else None

@@ -162,3 +162,10 @@ MOSAIC_NEEDS_HOPPER = (
     "the Mosaic GPU kernel needs a CUDA GPU of compute capability 9.0 or newer (Hopper on), "
     "but this GPU's is {capability}; pass implementation='pallas' or 'xla'"
 )
+
+# Mosaic TPU
+# Reason for CHOICE_UNAVAILABLE / NONE_AVAILABLE (implementation="mosaic_tpu", kv_canary_jax/pallas_mosaic_tpu.py).
+MOSAIC_TPU_NEEDS_TPU = (
+    "the Mosaic TPU kernel needs a TPU; "
+    "pass interpret=True to run it in Pallas's TPU interpreter, or implementation='xla'"
+)

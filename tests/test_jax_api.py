@@ -98,7 +98,7 @@ def test_unknown_implementation(implementation, name):
     b = as_jax(*batch())
     with pytest.raises(errors.KvCanaryValueError) as info:
         scatter_req_token_ids(*b, implementation=implementation)
-    assert str(info.value) == f"{P} unknown implementation {name}; expected one of 'pallas', 'mosaic', 'xla'"
+    assert str(info.value) == f"{P} unknown implementation {name}; expected one of 'pallas', 'mosaic', 'mosaic_tpu', 'xla'"
 
 
 @pytest.mark.skipif(not NO_GPU, reason="the kernel can run here")
@@ -137,7 +137,7 @@ def test_available_implementations():
     hopper = implementations.unavailable_reason("mosaic", "cuda", False) is None
     on_gpu = ("pallas", "mosaic", "xla") if hopper else ("pallas", "xla")
     assert kv_canary_jax.available_implementations() == (("xla",) if NO_GPU else on_gpu)
-    interpreted = ("pallas", "xla") if implementations.mosaic_import_error() else ("pallas", "mosaic", "xla")
+    interpreted = ("pallas", "mosaic_tpu", "xla") if implementations.mosaic_import_error() else ("pallas", "mosaic", "mosaic_tpu", "xla")
     assert kv_canary_jax.available_implementations(interpret=True) == interpreted
 
 
@@ -149,7 +149,7 @@ def test_plans():
     assert plan("xla", "cuda", False) == ((None, "xla"),)
     assert plan(("pallas", "xla"), "cpu", False) == ((None, "xla"),)
     # Tracers carry no device: one choice per platform, picked when lowering.
-    assert plan(None, None, False) == (("cuda", "pallas"), (None, "xla"))
+    assert plan(None, None, False) == (("cuda", "pallas"), ("tpu", "mosaic_tpu"), (None, "xla"))
     assert plan("xla", None, False) == ((None, "xla"),)
     assert plan("pallas", None, True) == ((None, "pallas"),)
 
