@@ -14,9 +14,10 @@ loaded, and "nothing could run" explanations go to standard error.
 - ``check``: see ``CHECK_HELP``; ``--backend`` and ``--case`` are validated
   before anything slow is imported (a backend name of an installed frontend
   only once that frontend is loaded).
-- ``bench``: see ``BENCH_HELP``; without torch/triton/jax or without a CUDA GPU
-  it explains what is missing and exits ``EXIT_NOTHING_RAN``, before importing
-  the benchmark module.
+- ``bench``: see ``BENCH_HELP``; on a TPU (JAX's default platform, where
+  libtpu is installed) it times the JAX implementations there; elsewhere,
+  without torch/triton/jax or without a CUDA GPU it explains what is missing
+  and exits ``EXIT_NOTHING_RAN``, before importing the benchmark module.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ makes any skip a failure."""
 BENCH_HELP = """Time every backend over sglang's benchmark grid plus larger and ragged
 cases: device time, host time per launch, and JAX wall time (method in
 kv_canary/bench.py). Needs a CUDA GPU, torch, triton and (unless --no-jax)
-jax. Takes several minutes (--quick: only cases of at most 2M tokens)."""
+jax. Takes several minutes (--quick: only cases of at most 2M tokens). On a
+TPU it times the Mosaic TPU kernel against XLA instead (jax only)."""
 
 NO_GPU = "no CUDA GPU (torch.cuda.is_available() is False); bench times the compiled kernels on a GPU"
 
@@ -268,6 +270,13 @@ def render_table(result) -> str:
 def bench(args) -> int:
     from kv_canary.matrix import BROKEN_FRAMEWORK, missing_framework
     from kv_canary.platform import installed
+
+    if not args.no_jax and installed("jax"):
+        from kv_canary import bench as bench_module
+
+        if bench_module.tpu_available():
+            say(args, "kv-canary bench: on a TPU: timing mosaic_tpu against xla")
+            return bench_module.run_tpu(args)
 
     needed = ("torch", "triton") + (() if args.no_jax else ("jax",))
     missing = [missing_framework(name) for name in needed if not installed(name)]

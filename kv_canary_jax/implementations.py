@@ -22,6 +22,8 @@ on JAX's default platform. Neither reads data.
   unavailable with the import error as the reason, and never breaks the others.
 - ``"mosaic_tpu"``: the Mosaic TPU Pallas kernel (``pallas_mosaic_tpu``), on
   TPUs; on any platform with ``interpret=True`` (Pallas's TPU interpreter).
+  Where ``jax.experimental.pallas.tpu`` does not import, it is unavailable
+  with the import error as the reason (``MOSAIC_TPU_NOT_IMPORTABLE``).
 - a sequence: the first name that can run.
 - None: the platform's entry in ``PLATFORM_DEFAULTS`` (on a TPU:
   ``("mosaic_tpu", "xla")``), else ``DEFAULT``: ``("mosaic", "pallas", "xla")``
@@ -105,8 +107,12 @@ def unavailable_reason(name: str, platform: str, interpret: bool) -> str | None:
             return errors.PALLAS_NOT_IMPORTABLE.format(error=error)
     if name == MOSAIC:
         return _mosaic_unavailable_reason(platform, interpret)
-    if name == MOSAIC_TPU and platform != platforms.TPU and not interpret:
-        return errors.MOSAIC_TPU_NEEDS_TPU
+    if name == MOSAIC_TPU:
+        if platform != platforms.TPU and not interpret:
+            return errors.MOSAIC_TPU_NEEDS_TPU
+        error = mosaic_tpu_import_error()
+        if error is not None:
+            return errors.MOSAIC_TPU_NOT_IMPORTABLE.format(error=error)
     return None
 
 
@@ -129,6 +135,12 @@ def pallas_triton_import_error() -> str | None:
 def mosaic_import_error() -> str | None:
     """Why ``jax.experimental.pallas.mosaic_gpu`` cannot be imported here (None: it can)."""
     return _import_error("jax.experimental.pallas.mosaic_gpu")
+
+
+@functools.cache
+def mosaic_tpu_import_error() -> str | None:
+    """Why ``jax.experimental.pallas.tpu`` cannot be imported here (None: it can)."""
+    return _import_error("jax.experimental.pallas.tpu")
 
 
 def gpu_capability() -> tuple[int, int] | None:

@@ -164,7 +164,12 @@ MOSAIC_NEEDS_HOPPER = (
 )
 
 # Mosaic TPU
-# Reason for CHOICE_UNAVAILABLE / NONE_AVAILABLE (implementation="mosaic_tpu", kv_canary_jax/pallas_mosaic_tpu.py).
+# Reasons for CHOICE_UNAVAILABLE / NONE_AVAILABLE (implementation="mosaic_tpu", kv_canary_jax/pallas_mosaic_tpu.py).
+# jax.experimental.pallas.tpu does not import; {error} is the exception, "ClassName: message".
+MOSAIC_TPU_NOT_IMPORTABLE = (
+    "the Mosaic TPU kernel needs jax.experimental.pallas.tpu, which does not import here ({error}); "
+    "pass implementation='xla'"
+)
 MOSAIC_TPU_NEEDS_TPU = (
     "the Mosaic TPU kernel needs a TPU; "
     "pass interpret=True to run it in Pallas's TPU interpreter, or implementation='xla'"
