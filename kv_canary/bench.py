@@ -361,14 +361,18 @@ def run(args) -> int:
             file=sys.stderr,  # progress: stdout carries only the table or the JSON
             flush=True,
         )
-    table = render(rows, meta)
+    return _output(args, rows, meta, render(rows, meta), PERFORMANCE_HEADER)
+
+
+def _output(args, rows: list[Row], meta: dict, table: str, header: str) -> int:
+    """The table (or with ``--json`` the rows) on stdout; with ``--write`` the table under ``header`` to a file."""
     if args.json:
         print(json.dumps({"meta": meta, "rows": [dataclasses.asdict(r) for r in rows]}, indent=1))
     else:
         print(table)
     if args.write:
         with open(args.write, "w") as f:
-            f.write(PERFORMANCE_HEADER + table + "\n")
+            f.write(header + table + "\n")
     return 0
 
 
@@ -468,14 +472,7 @@ def run_tpu(args) -> int:
         cells = [f"{r.results[k]:.2f}" if k in r.results else "" for k, _ in TPU_COLUMNS]
         lines.append(f"| {r.bs} | {r.seq} | {'yes' if r.ragged else 'no'} | {r.width} | {r.tokens} | " + " | ".join(cells) + " |")
     table = f"Machine and versions: {', '.join(f'{k} {v}' for k, v in meta.items())}.\n\n" + "\n".join(lines)
-    if args.json:
-        print(json.dumps({"meta": meta, "rows": [dataclasses.asdict(r) for r in rows]}, indent=1))
-    else:
-        print(table)
-    if args.write:
-        with open(args.write, "w") as f:
-            f.write(TPU_PERFORMANCE_HEADER + table + "\n")
-    return 0
+    return _output(args, rows, meta, table, TPU_PERFORMANCE_HEADER)
 
 
 TPU_PERFORMANCE_HEADER = """# Performance on a TPU

@@ -98,22 +98,30 @@ def requested(implementation, platform: str | None = None) -> tuple[tuple[str, .
 def unavailable_reason(name: str, platform: str, interpret: bool) -> str | None:
     """Why ``name`` cannot run on ``platform`` (None: it can)."""
     if name == PALLAS:
-        # The platform first: where the kernel cannot run anyway, the deprecated
-        # module is never imported (JAX 0.11 may warn about it).
-        if platform != platforms.CUDA and not interpret:
-            return errors.PALLAS_NEEDS_GPU
-        error = pallas_triton_import_error()
-        if error is not None:
-            return errors.PALLAS_NOT_IMPORTABLE.format(error=error)
+        return _platform_then_import(
+            platform, interpret, platforms.CUDA, errors.PALLAS_NEEDS_GPU,
+            pallas_triton_import_error, errors.PALLAS_NOT_IMPORTABLE,
+        )
     if name == MOSAIC:
         return _mosaic_unavailable_reason(platform, interpret)
     if name == MOSAIC_TPU:
-        if platform != platforms.TPU and not interpret:
-            return errors.MOSAIC_TPU_NEEDS_TPU
-        error = mosaic_tpu_import_error()
-        if error is not None:
-            return errors.MOSAIC_TPU_NOT_IMPORTABLE.format(error=error)
+        return _platform_then_import(
+            platform, interpret, platforms.TPU, errors.MOSAIC_TPU_NEEDS_TPU,
+            mosaic_tpu_import_error, errors.MOSAIC_TPU_NOT_IMPORTABLE,
+        )
     return None
+
+
+def _platform_then_import(platform, interpret, home: str, elsewhere: str, import_error, not_importable: str):
+    """A kernel that runs on ``home`` (anywhere interpreted) and needs a module that may not import.
+
+    The platform first: where the kernel cannot run anyway, its module is never
+    imported (JAX 0.11 may warn about the Triton lowering's).
+    """
+    if platform != home and not interpret:
+        return elsewhere
+    error = import_error()
+    return None if error is None else not_importable.format(error=error)
 
 
 def _import_error(module: str) -> str | None:

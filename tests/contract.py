@@ -25,6 +25,18 @@ def assert_same_pool(got: np.ndarray, expected: np.ndarray) -> None:
     assert len(wrong) == 0, f"{len(wrong)} cells differ, first at {wrong[0].tolist()}"
 
 
+def assert_written_by_its_requests(flat_in, offsets, rows, pool, got: np.ndarray) -> None:
+    """For batches that repeat rows (well-formed segments): each cell holds a value one of its row's requests writes there, or its old value if none does."""
+    for row in range(pool.shape[0]):
+        writers = [r for r in range(len(rows)) if rows[r] == row]
+        for j in range(pool.shape[1]):
+            values = {int(flat_in[offsets[r] + j].astype(np.int32)) for r in writers if j < offsets[r + 1] - offsets[r]}
+            if values:
+                assert int(got[row, j]) in values, (row, j)
+            else:
+                assert got[row, j] == pool[row, j], (row, j)
+
+
 class ScatterContract:
     # Hypothesis examples per property; interpreted kernels lower it.
     examples: int = 60

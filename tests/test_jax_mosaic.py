@@ -27,7 +27,10 @@ from kv_canary_jax import implementations  # noqa: E402
 from kv_canary_jax.api import scatter_req_token_ids  # noqa: E402
 from kv_canary_jax.conformance import MosaicRunner  # noqa: E402
 from shared_spec import errors, scatter_reference  # noqa: E402
-from tests.contract import ScatterContract, assert_same_pool  # noqa: E402
+from tests.contract import ScatterContract, assert_same_pool, assert_written_by_its_requests  # noqa: E402
+from tests.jax_support import (  # noqa: E402
+    check_donation_writes_in_place, check_unavailable_falls_through, check_vmap_over_pools_and_over_batches,
+)
 from tests.strategies import large_batch, sentinel_pool  # noqa: E402
 
 MOSAIC_IMPORT_ERROR = implementations.mosaic_import_error()
@@ -180,15 +183,7 @@ def test_repeated_rows_never_undo_each_other():
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     rows = [1, 1, 1, 0, 0, 6]
     flat_in, offsets, rows, pool = edge_batch(offsets, rows, 10)
-    got = interpreted(flat_in, offsets, rows, pool, block=128)
-    for row in range(ROWS):
-        writers = [r for r in range(BS) if rows[r] == row]
-        for j in range(WIDTH):
-            values = {int(flat_in[offsets[r] + j].astype(np.int32)) for r in writers if j < offsets[r + 1] - offsets[r]}
-            if values:
-                assert int(got[row, j]) in values, (row, j)
-            else:
-                assert got[row, j] == pool[row, j], (row, j)
+    assert_written_by_its_requests(flat_in, offsets, rows, pool, interpreted(flat_in, offsets, rows, pool, block=128))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
@@ -235,30 +230,12 @@ def test_pool_far_wider_than_the_batch():
 
 
 def test_jit_with_donation_writes_the_donated_buffer():
-    b = large_batch(bs=12, width=9, seed=16)
-    args = [jnp.asarray(a) for a in b]
-    pointer = args[3].unsafe_buffer_pointer()
-    f = jax.jit(lambda *a: scatter_req_token_ids(*a, implementation="mosaic", interpret=True), donate_argnums=3)
-    out = f(*args)
-    assert out.unsafe_buffer_pointer() == pointer
-    assert args[3].is_deleted()
-    assert_same_pool(np.asarray(out), scatter_reference(*b))
+    check_donation_writes_in_place("mosaic", interpret=True)
 
 
 def test_vmap_over_pools_and_over_batches():
     """Mosaic GPU lowers no batched grid: the kernel's own batching rule runs one kernel per example."""
-    f = functools.partial(scatter_req_token_ids, implementation="mosaic", interpret=True)
-    flat_in, offsets, rows, _ = large_batch(bs=6, width=9, seed=17)
-    pools = np.stack([sentinel_pool(7, 9, seed) for seed in range(3)])
-    out = jax.jit(jax.vmap(f, in_axes=(None, None, None, 0)))(flat_in, offsets, rows, pools)
-    for i in range(3):
-        assert_same_pool(np.asarray(out[i]), scatter_reference(flat_in, offsets, rows, pools[i]))
-    batches = [large_batch(bs=4, width=9, seed=s) for s in (18, 19)]
-    n = min(len(b[0]) for b in batches)
-    stacked = [np.stack([b[0][:n] for b in batches])] + [np.stack([b[i] for b in batches]) for i in (1, 2, 3)]
-    out = jax.vmap(f)(*stacked)
-    for i in range(2):
-        assert_same_pool(np.asarray(out[i]), scatter_reference(*[a[i] for a in stacked]))
+    check_vmap_over_pools_and_over_batches("mosaic", interpret=True)
 
 
 # -- lowering for CUDA (no GPU needed) ---------------------------------------------------------------
@@ -326,12 +303,7 @@ def test_default_order():
 
 @pytest.mark.skipif(implementations.gpu_capability() is not None, reason="a GPU is here")
 def test_without_a_gpu_mosaic_needs_the_interpreter():
-    b = [jnp.asarray(a) for a in large_batch(bs=5, width=7, seed=21)]
-    with pytest.raises(errors.KvCanaryValueError) as info:
-        scatter_req_token_ids(*b, implementation="mosaic")
-    assert str(info.value) == f"{P} implementation 'mosaic' cannot run here: {errors.MOSAIC_NEEDS_GPU}"
-    out = scatter_req_token_ids(*b, implementation=("mosaic", "xla"))  # falls through
-    assert_same_pool(np.asarray(out), scatter_reference(*[np.asarray(a) for a in b]))
+    check_unavailable_falls_through("mosaic", errors.MOSAIC_NEEDS_GPU)
 
 
 @pytest.mark.parametrize("capability,ok", [((8, 0), False), ((8, 9), False), ((9, 0), True), ((10, 0), True), ((12, 1), True)])

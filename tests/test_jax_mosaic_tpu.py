@@ -29,7 +29,10 @@ from kv_canary_jax.conformance import MosaicTpuRunner  # noqa: E402
 from kv_canary_jax.sharded import scatter_req_token_ids_sharded  # noqa: E402
 from shared_spec import errors, scatter_reference  # noqa: E402
 from shared_spec.reference import written_columns  # noqa: E402
-from tests.contract import ScatterContract, assert_same_pool  # noqa: E402
+from tests.contract import ScatterContract, assert_same_pool, assert_written_by_its_requests  # noqa: E402
+from tests.jax_support import (  # noqa: E402
+    check_donation_writes_in_place, check_unavailable_falls_through, check_vmap_over_pools_and_over_batches,
+)
 from tests.strategies import large_batch, sentinel_pool  # noqa: E402
 
 P = errors.PREFIX
@@ -149,15 +152,7 @@ def test_repeated_rows_never_undo_each_other():
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     rows = [1, 1, 1, 0, 0, 6]
     flat_in, offsets, rows, pool = edge_batch(offsets, rows, 10)
-    got = interpreted(flat_in, offsets, rows, pool)
-    for row in range(ROWS):
-        writers = [r for r in range(BS) if rows[r] == row]
-        for j in range(WIDTH):
-            values = {int(flat_in[offsets[r] + j].astype(np.int32)) for r in writers if j < offsets[r + 1] - offsets[r]}
-            if values:
-                assert int(got[row, j]) in values, (row, j)
-            else:
-                assert got[row, j] == pool[row, j], (row, j)
+    assert_written_by_its_requests(flat_in, offsets, rows, pool, interpreted(flat_in, offsets, rows, pool))
 
 
 def test_several_grid_steps_with_a_ragged_last_block(monkeypatch):
@@ -223,27 +218,12 @@ def test_the_pool_is_aliased_to_the_output():
 
 
 def test_jit_with_donation_writes_the_donated_buffer():
-    b = large_batch(bs=12, width=9, seed=16)
-    args = [jnp.asarray(a) for a in b]
-    f = jax.jit(lambda *a: scatter_req_token_ids(*a, implementation="mosaic_tpu", interpret=True), donate_argnums=3)
-    out = f(*args)
-    assert args[3].is_deleted()
-    assert_same_pool(np.asarray(out), scatter_reference(*b))
+    check_donation_writes_in_place("mosaic_tpu", interpret=True)
 
 
 def test_vmap_over_pools_and_over_batches():
-    f = functools.partial(scatter_req_token_ids, implementation="mosaic_tpu", interpret=True)
-    flat_in, offsets, rows, _ = large_batch(bs=6, width=9, seed=17)
-    pools = np.stack([sentinel_pool(7, 9, seed) for seed in range(3)])
-    out = jax.jit(jax.vmap(f, in_axes=(None, None, None, 0)))(flat_in, offsets, rows, pools)
-    for i in range(3):
-        assert_same_pool(np.asarray(out[i]), scatter_reference(flat_in, offsets, rows, pools[i]))
-    batches = [large_batch(bs=4, width=9, seed=s) for s in (18, 19)]
-    n = min(len(b[0]) for b in batches)
-    stacked = [np.stack([b[0][:n] for b in batches])] + [np.stack([b[i] for b in batches]) for i in (1, 2, 3)]
-    out = jax.vmap(f)(*stacked)
-    for i in range(2):
-        assert_same_pool(np.asarray(out[i]), scatter_reference(*[a[i] for a in stacked]))
+    """The kernel's own batching rule (``batching.per_example``): one kernel per example."""
+    check_vmap_over_pools_and_over_batches("mosaic_tpu", interpret=True)
 
 
 def test_checkify_under_jit():
@@ -335,12 +315,7 @@ def test_the_tpu_default_and_the_other_defaults():
 
 @pytest.mark.skipif(jax.devices()[0].platform == "tpu", reason="a TPU is here")
 def test_without_a_tpu_mosaic_tpu_needs_the_interpreter():
-    b = [jnp.asarray(a) for a in large_batch(bs=5, width=7, seed=23)]
-    with pytest.raises(errors.KvCanaryValueError) as info:
-        scatter_req_token_ids(*b, implementation="mosaic_tpu")
-    assert str(info.value) == f"{P} implementation 'mosaic_tpu' cannot run here: {errors.MOSAIC_TPU_NEEDS_TPU}"
-    out = scatter_req_token_ids(*b, implementation=("mosaic_tpu", "xla"))  # falls through
-    assert_same_pool(np.asarray(out), scatter_reference(*[np.asarray(a) for a in b]))
+    check_unavailable_falls_through("mosaic_tpu", errors.MOSAIC_TPU_NEEDS_TPU)
     assert "mosaic_tpu" in implementations.available_implementations(interpret=True)
     assert "mosaic_tpu" not in implementations.available_implementations()
 

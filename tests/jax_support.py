@@ -1,0 +1,54 @@
+"""Shared checks of the JAX frontend's kernel tests (not a test module): donation, vmap, an unavailable kernel."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import pytest
+
+from kv_canary_jax.api import scatter_req_token_ids
+from shared_spec import errors, scatter_reference
+from tests.contract import assert_same_pool
+from tests.strategies import large_batch, sentinel_pool
+
+
+def check_donation_writes_in_place(implementation: str, interpret: bool) -> None:
+    """Under ``jit`` with the pool donated, the result is the donated buffer, written."""
+    b = large_batch(bs=12, width=9, seed=16)
+    args = [jnp.asarray(a) for a in b]
+    pointer = args[3].unsafe_buffer_pointer()
+    f = jax.jit(lambda *a: scatter_req_token_ids(*a, implementation=implementation, interpret=interpret), donate_argnums=3)
+    out = f(*args)
+    assert out.unsafe_buffer_pointer() == pointer
+    assert args[3].is_deleted()
+    assert_same_pool(np.asarray(out), scatter_reference(*b))
+
+
+def check_vmap_over_pools_and_over_batches(implementation: str, interpret: bool) -> None:
+    """One batch into a stack of pools (jitted), and a stack of batches into a stack of pools."""
+    f = functools.partial(scatter_req_token_ids, implementation=implementation, interpret=interpret)
+    flat_in, offsets, rows, _ = large_batch(bs=6, width=9, seed=17)
+    pools = np.stack([sentinel_pool(7, 9, seed) for seed in range(3)])
+    out = jax.jit(jax.vmap(f, in_axes=(None, None, None, 0)))(flat_in, offsets, rows, pools)
+    for i in range(3):
+        assert_same_pool(np.asarray(out[i]), scatter_reference(flat_in, offsets, rows, pools[i]))
+    batches = [large_batch(bs=4, width=9, seed=s) for s in (18, 19)]
+    n = min(len(b[0]) for b in batches)
+    stacked = [np.stack([b[0][:n] for b in batches])] + [np.stack([b[i] for b in batches]) for i in (1, 2, 3)]
+    out = jax.vmap(f)(*stacked)
+    for i in range(2):
+        assert_same_pool(np.asarray(out[i]), scatter_reference(*[a[i] for a in stacked]))
+
+
+def check_unavailable_falls_through(implementation: str, reason: str) -> None:
+    """``implementation`` alone raises the spec's error with ``reason``; in a sequence before "xla", XLA runs."""
+    b = [jnp.asarray(a) for a in large_batch(bs=5, width=7, seed=21)]
+    with pytest.raises(errors.KvCanaryValueError) as info:
+        scatter_req_token_ids(*b, implementation=implementation)
+    assert str(info.value) == f"{errors.PREFIX} implementation {implementation!r} cannot run here: {reason}"
+    out = scatter_req_token_ids(*b, implementation=(implementation, "xla"))
+    assert_same_pool(np.asarray(out), scatter_reference(*[np.asarray(a) for a in b]))
