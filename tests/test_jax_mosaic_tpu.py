@@ -156,8 +156,18 @@ def test_repeated_rows_never_undo_each_other():
 
 
 def test_no_races_in_interpret_mode_race_detection(monkeypatch):
-    """Pallas's race detector (``detect_races=True``) finds none in the kernel, and does find a planted one."""
+    """Pallas's race detector (``detect_races=True``) finds none in the kernel, and does find a planted one.
+
+    The verdict is read where JAX 0.10 keeps it (``races.races_found`` of the
+    interpreter module, private); where a JAX keeps it elsewhere the test skips.
+    In JAX 0.10 it does not report two DMAs of one core that write the same
+    cells (tried: a repeated row), so what it checks here is the kernel's own
+    accesses against its DMAs; a request's DMAs are disjoint by construction,
+    checked on the host above (``window_copies``).
+    """
     races_state = pytest.importorskip("jax._src.pallas.mosaic.interpret.interpret_pallas_call")
+    if not hasattr(races_state, "races"):
+        pytest.skip("this JAX keeps the race detector's verdict elsewhere")
     detect = pltpu.InterpretParams(detect_races=True)
 
     def racy(x_ref, o_ref, buf, sem):  # reads a buffer a DMA is still writing: the detector's positive control
