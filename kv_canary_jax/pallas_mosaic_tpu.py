@@ -19,9 +19,10 @@ DMAs and DMA semaphores on any platform, checking every DMA's bounds.
 
 What a TPU changes, and how the kernel deals with it:
 
-- No 64-bit integers in the kernel. A TensorCore has 32-bit scalar and vector
-  units; a Mosaic kernel takes no int64 operand. So everything 64-bit is done
-  by XLA before the kernel (XLA emulates int64 exactly on a TPU):
+- No 64-bit integers in the kernel. A TPU has no 64-bit integer vector
+  arithmetic, and its scalar core and SMEM hold 32-bit words. So everything
+  64-bit is done by XLA before the kernel (XLA emulates int64 exactly on a
+  TPU):
   the token ids become their low 32 bits (``flat_in.astype(int32)``: the
   conversion truncates, two's complement, which is what the spec stores),
   shaped ``(1, N)``; and each request's window comes from the spec's own
@@ -50,14 +51,17 @@ What a TPU changes, and how the kernel deals with it:
   ``base + hi <= N``. A request issues ``popcount(m) <= log2(min(C, N)) + 1``
   DMAs: one for a decode step (``m = 1``), a few for a prefill, and moves
   exactly its ``4 m`` bytes (read) and ``4 m`` bytes (written).
-- SMEM is small (16 KiB per core on v4 and v5e), and the spec has no limit on
-  ``bs``: scalar-prefetching every window would cap the batch. So the windows
+- SMEM is small (1 MiB per core from v4 on, 16 KiB on v2 and v3), and the
+  spec has no limit on ``bs``: scalar-prefetching every window (16 bytes a
+  request) would cap the batch (at 64K requests on v4). So the windows
   arrive in blocks of ``REQUESTS_PER_STEP`` requests through a ``BlockSpec``
   in SMEM, which Pallas double-buffers: grid step ``i`` handles requests
   ``i * REQUESTS_PER_STEP ...`` (the last block padded with empty windows). A
   step starts every DMA of its requests, then waits for all of them on one DMA
   semaphore (each wait consumes its own copy's bytes, so the order of
-  completion does not matter); nothing is in flight when a step ends.
+  completion does not matter; a wait names a copy of the same shape at the
+  arrays' origin, since only the shape counts); nothing is in flight when a
+  step ends.
 - The grid axis is ``parallel``: on chips with two TensorCores per device
   (v4, v5p, v7x) the blocks are split between them. Two cores may write the
   same row only for repeated rows, and then only cells of their own windows.
@@ -71,9 +75,12 @@ bandwidth for long ones; see docs/performance-notes.md.
 
 Unverified on hardware (no TPU here): Mosaic's DMA lowering may require
 minor-dimension DMA windows aligned to the (8, 128) tiling of 32-bit HBM
-arrays; these windows start at any column. ``tests/test_jax_mosaic_tpu.py``
-lowers the kernel for TPU (Pallas's lowering to Mosaic, no TPU needed) but
-Mosaic's own passes run only on a TPU host, where the first run tells.
+arrays, and these windows start at any column and have any power-of-two
+width; a step may also have more DMAs in flight than a DMA queue holds.
+``tests/test_jax_mosaic_tpu.py`` lowers the kernel for TPU (Pallas's lowering
+to Mosaic, no TPU needed), but Mosaic's own passes run only on a TPU host,
+where the first ``kv-canary check`` tells (docs/performance-notes.md: the
+risks and what to do).
 
 ``jax.vmap``: Pallas's batching rule does not apply to a kernel whose operands
 live in HBM and are addressed by DMA, so ``scatter`` carries its own rule
@@ -95,7 +102,7 @@ from shared_spec.reference import longest_window, written_columns
 
 # Requests whose windows one grid step reads from SMEM and whose DMAs it
 # issues before waiting. 4 int32 per request: 2 KiB a block, 4 KiB
-# double-buffered, well inside the 16 KiB of SMEM of v4 and v5e cores. Enough
+# double-buffered, inside even the 16 KiB of SMEM of v2 and v3 cores. Enough
 # requests per step to amortize the step's fixed cost (a few hundred ns) over
 # a decode batch; 4 * 128 = 512 int32 is a power of two >= 128, the shape
 # Pallas TPU accepts for a 1-D block.
