@@ -2,8 +2,8 @@
 
 The backends are whatever ``kv_canary.matrix.collect_runners`` finds here (on a
 CPU machine: torch's Triton kernel in Triton's interpreter, vectorized torch,
-the Pallas kernel through the torch frontend, and the JAX frontend's XLA and
-Pallas paths, the kernels interpreted). Bad arguments go through both
+the Pallas kernel through the torch frontend, and the JAX frontend's XLA path
+and Pallas kernels, Mosaic TPU's in TPU interpret mode, the kernels interpreted). Bad arguments go through both
 frontends with native arrays and with the other framework's arrays (moved by
 ``kv_canary.bridge``): the class and the message must be identical, and the
 pool untouched.
@@ -28,7 +28,7 @@ QUICK = settings(max_examples=12, deadline=None, suppress_health_check=list(Heal
 
 
 def test_every_frontend_and_the_four_backends_are_here():
-    assert {"torch/triton", "torch/torch", "jax/xla", "jax/pallas"} <= set(BY_NAME), SKIPPED
+    assert {"torch/triton", "torch/torch", "jax/xla", "jax/pallas", "jax/mosaic_tpu"} <= set(BY_NAME), SKIPPED
 
 
 def test_the_matrix_agrees():
