@@ -8,10 +8,11 @@ when it sees a TPU, else None. JAX is functional (``in_place=False``):
 cases that need an in-place frontend are skipped by the harness. The Pallas
 runner runs the real kernel on a GPU and the Pallas interpreter otherwise; the
 Mosaic GPU runner runs the real kernel on a GPU Mosaic GPU compiles for
-(compute capability 9.0 or newer) and the Pallas interpreter otherwise, and is
-``unavailable`` (with the reason) where ``jax.experimental.pallas.mosaic_gpu``
-does not import; the Mosaic TPU runner runs the real kernel on a TPU and
-Pallas's TPU interpreter otherwise.
+(compute capability 9.0 or newer) and the Pallas interpreter otherwise; the
+Mosaic TPU runner runs the real kernel on a TPU and Pallas's TPU interpreter
+otherwise. Each kernel's runner is ``unavailable`` (with the reason) where its
+module does not import (``jax.experimental.pallas.triton``, ``.mosaic_gpu``,
+``.tpu``).
 The runners never change ``jax_enable_x64``; without it they are marked
 ``unavailable`` (int64 arguments cannot exist).
 """
@@ -47,9 +48,11 @@ class JaxRunner(Runner):
         if not jax_x64_enabled():
             self.unavailable = X64_DISABLED
 
-    def needs_interpreter(self) -> bool:
-        """Whether this runner's kernel cannot run natively here: then it runs interpreted."""
-        return implementations.unavailable_reason(self.backend, self.platform, False) is not None
+    def run_where_possible(self) -> None:
+        """The real kernel where this platform runs it, its interpreter elsewhere; ``unavailable`` (with the reason) where neither runs."""
+        self.interpret = implementations.unavailable_reason(self.backend, self.platform, False) is not None
+        if self.unavailable is None:
+            self.unavailable = implementations.unavailable_reason(self.backend, self.platform, self.interpret)
 
     def array(self, data: ArrayData, device: str):
         return jax.device_put(data.numpy(), self._devices[device])
@@ -73,7 +76,7 @@ class PallasRunner(JaxRunner):
     def __init__(self) -> None:
         super().__init__()
         # The real kernel where there is a GPU; its interpreter everywhere else.
-        self.interpret = self.needs_interpreter()
+        self.run_where_possible()
 
 
 class MosaicRunner(JaxRunner):
@@ -82,9 +85,7 @@ class MosaicRunner(JaxRunner):
     def __init__(self) -> None:
         super().__init__()
         # The real kernel where a GPU can run it (Hopper on); its interpreter everywhere else.
-        self.interpret = self.needs_interpreter()
-        if self.unavailable is None:
-            self.unavailable = implementations.unavailable_reason(self.backend, self.platform, self.interpret)
+        self.run_where_possible()
 
 
 class MosaicTpuRunner(JaxRunner):
@@ -93,7 +94,7 @@ class MosaicTpuRunner(JaxRunner):
     def __init__(self) -> None:
         super().__init__()
         # The real kernel on a TPU; Pallas's TPU interpreter everywhere else.
-        self.interpret = self.needs_interpreter()
+        self.run_where_possible()
 
 
 def runners() -> list[Runner]:
