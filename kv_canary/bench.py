@@ -303,8 +303,9 @@ def derived(measures: dict, empty_us: float) -> dict:
     return out
 
 
-def render(rows: list[Row], meta: dict) -> str:
-    present = [(k, title) for k, title in COLUMNS if any(k in r.results for r in rows)]
+def table_lines(rows: list[Row], columns) -> list[str]:
+    """A markdown table of the rows: the case, its floor, then each of ``columns`` some row has."""
+    present = [(k, title) for k, title in columns if any(k in r.results for r in rows)]
     head = "| bs | seq | ragged | width | tokens | floor us | " + " | ".join(t for _, t in present) + " |"
     lines = [head, "|" + "---|" * (6 + len(present))]
     for r in rows:
@@ -313,6 +314,11 @@ def render(rows: list[Row], meta: dict) -> str:
             f"| {r.bs} | {r.seq} | {'yes' if r.ragged else 'no'} | {r.width} | {r.tokens} | {r.floor_us:.2f} | "
             + " | ".join(cells) + " |"
         )
+    return lines
+
+
+def render(rows: list[Row], meta: dict) -> str:
+    lines = table_lines(rows, COLUMNS)
     info = ", ".join(f"{k} {v}" for k, v in meta.items() if k not in ("copy_bw_tbs", "empty_kernel_us"))
     return (
         f"Machine and versions: {info}. Copy bandwidth measured in this run: {meta['copy_bw_tbs']:.2f} TB/s; "
@@ -453,14 +459,7 @@ def run_tpu(args) -> int:
         rows.append(Row(bs, seq, ragged, int(inputs[3].shape[1]), tokens, floor_us, measures))
         print(f"bs={bs} seq={seq} ragged={ragged} tokens={tokens}: "
               + ", ".join(f"{k}={v:.2f}" for k, v in measures.items()), file=sys.stderr, flush=True)
-    head = "| bs | seq | ragged | width | tokens | floor us | " + " | ".join(title for _, title in TPU_COLUMNS) + " |"
-    lines = [head, "|" + "---|" * (6 + len(TPU_COLUMNS))]
-    for r in rows:
-        cells = [f"{r.results[k]:.2f}" if k in r.results else "" for k, _ in TPU_COLUMNS]
-        lines.append(
-            f"| {r.bs} | {r.seq} | {'yes' if r.ragged else 'no'} | {r.width} | {r.tokens} | {r.floor_us:.2f} | "
-            + " | ".join(cells) + " |"
-        )
+    lines = table_lines(rows, TPU_COLUMNS)
     table = f"Machine and versions: {', '.join(f'{k} {v}' for k, v in meta.items())}.\n\n" + "\n".join(lines)
     return _output(args, rows, meta, table, TPU_PERFORMANCE_HEADER)
 
