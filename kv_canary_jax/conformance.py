@@ -10,7 +10,7 @@ runner runs the real kernel on a GPU and the Pallas interpreter otherwise; the
 Mosaic GPU runner runs the real kernel on a GPU Mosaic GPU compiles for
 (compute capability 9.0 or newer) and the Pallas interpreter otherwise; the
 Mosaic TPU runner runs the real kernel on a TPU and Pallas's TPU interpreter
-otherwise. Each kernel's runner is ``unavailable`` (with the reason) where its
+on the host CPU otherwise. Each kernel's runner is ``unavailable`` (with the reason) where its
 module does not import (``jax.experimental.pallas.triton``, ``.mosaic_gpu``,
 ``.tpu``).
 The runners never change ``jax_enable_x64``; without it they are marked
@@ -93,7 +93,11 @@ class MosaicTpuRunner(JaxRunner):
 
     def __init__(self) -> None:
         super().__init__()
-        # The real kernel on a TPU; Pallas's TPU interpreter everywhere else.
+        # The real kernel on a TPU; Pallas's TPU interpreter everywhere else,
+        # which simulates the TPU on the host: its arrays live there (also on a
+        # GPU machine, whose accelerator cases this runner then skips).
+        if self.platform != platforms.TPU:
+            self.accelerator, self.platform = None, platforms.CPU
         self.run_where_possible()
 
 

@@ -39,6 +39,13 @@ P = errors.PREFIX
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
+@pytest.fixture(autouse=True)
+def host_default_device():
+    """TPU interpret mode simulates the TPU on the host: the tests' arrays live there, also on a GPU machine."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
+
+
 class TestJaxMosaicTpu(ScatterContract):
     # Each new shape re-traces and re-compiles the interpreted kernel, and every
     # SMEM read and DMA of the interpreter is a host callback (about 1 ms each
@@ -275,8 +282,9 @@ def tpu_lowering(monkeypatch):
     tpu_info = pytest.importorskip("jax._src.pallas.mosaic.tpu_info")
     if not hasattr(tpu_info, "registry") or not hasattr(tpu_info, "get_tpu_info_for_chip"):
         pytest.skip("this JAX has no way to lower Pallas TPU kernels without a TPU")
-    kind = jax.devices()[0].device_kind
-    monkeypatch.setitem(tpu_info.registry, kind, lambda: tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion.TPU_V5E, 1))
+    v5e = lambda: tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion.TPU_V5E, 1)  # noqa: E731
+    for kind in {jax.devices()[0].device_kind, jax.devices("cpu")[0].device_kind}:  # the default device, or the host
+        monkeypatch.setitem(tpu_info.registry, kind, v5e)
 
 
 def lower_for_tpu(f, *shapes, donate=True):
@@ -343,7 +351,8 @@ def test_bench_tpu_path_runs_here_with_what_is_available(monkeypatch, tmp_path, 
     monkeypatch.setattr(bench, "WALL_CALLS", 5)
     out = tmp_path / "tpu.md"
     args = argparse.Namespace(quick=True, json=False, write=str(out))
-    assert bench.run_tpu(args) == 0
+    with jax.default_device(jax.devices()[0]):  # where the command computes (the TPU, on a TPU host)
+        assert bench.run_tpu(args) == 0
     table = capsys.readouterr().out
     assert "| 2 | 8 | no | 9 | 16 |" in table and "XLA us" in table
     assert out.read_text().startswith(bench.TPU_PERFORMANCE_HEADER)
