@@ -197,7 +197,7 @@ def test_no_races_in_interpret_mode_race_detection(monkeypatch):
 
 
 def test_shapes_past_int32_use_xla(monkeypatch):
-    """Pools, rows or token arrays of 2**31 and more elements do not fit the kernel's int32 scalars (forced small here)."""
+    """N, R or C of 2**31 or more does not fit the kernel's int32 scalars: the XLA formulation runs (limit forced small here)."""
     monkeypatch.setattr(tpu_kernel, "INT32_LIMIT", WIDTH)
     batch = edge_batch([0, 5, 300, 310, 700, 900, 1000], [0, 1, 2, 3, 4, 5], 13)
     f = functools.partial(tpu_kernel.scatter, interpret=True)
