@@ -301,13 +301,19 @@ def test_lowers_for_tpu(tpu_lowering, n_tokens, bs, n_rows, width):
     assert "output_operand_aliases" in text and "tf.aliasing_output = 0" in text
 
 
-def test_the_default_lowers_to_the_kernel_on_tpu_under_vmap_and_checkify(tpu_lowering):
+@pytest.mark.parametrize("implementation", [None, ("mosaic_tpu", "xla")])
+def test_lowers_to_the_kernel_on_tpu_under_vmap_and_checkify(tpu_lowering, implementation):
+    # The default takes the kernel on a TPU only once MOSAIC_TPU_IN_DEFAULT is on; XLA's scatter until then.
+    # (A sequence: the host, where this traces, runs "xla"; a TPU picks the kernel when lowering.)
+    expected = implementation is not None or implementations.MOSAIC_TPU_IN_DEFAULT
+    call = functools.partial(scatter_req_token_ids, implementation=implementation)
     shapes = [((500,), jnp.int64), ((5,), jnp.int64), ((4,), jnp.int64), ((5, 200), jnp.int32)]
-    assert "@tpu_custom_call" in lower_for_tpu(scatter_req_token_ids, *shapes)
-    f = functools.partial(scatter_req_token_ids, check_values=True)
-    assert "@tpu_custom_call" in lower_for_tpu(checkify.checkify(f, errors=checkify.user_checks), *shapes, donate=False)
+    assert ("@tpu_custom_call" in lower_for_tpu(call, *shapes)) == expected
+    f = functools.partial(call, check_values=True)
+    lowered = lower_for_tpu(checkify.checkify(f, errors=checkify.user_checks), *shapes, donate=False)
+    assert ("@tpu_custom_call" in lowered) == expected
     pools = [*shapes[:3], ((3, 5, 200), jnp.int32)]
-    assert "@tpu_custom_call" in lower_for_tpu(jax.vmap(scatter_req_token_ids, in_axes=(None, None, None, 0)), *pools)
+    assert ("@tpu_custom_call" in lower_for_tpu(jax.vmap(call, in_axes=(None, None, None, 0)), *pools)) == expected
 
 
 # -- choosing "mosaic_tpu" ---------------------------------------------------------------------------
@@ -315,12 +321,20 @@ def test_the_default_lowers_to_the_kernel_on_tpu_under_vmap_and_checkify(tpu_low
 
 def test_the_tpu_default_and_the_other_defaults():
     plan = implementations.plan
-    assert plan(None, "tpu", False) == ((None, "mosaic_tpu"),)
-    assert plan(None, "tpu", True) == ((None, "mosaic_tpu"),)
+    on_tpu = "mosaic_tpu" if implementations.MOSAIC_TPU_IN_DEFAULT else "xla"
+    assert plan(None, "tpu", False) == ((None, on_tpu),)
+    assert plan(None, "tpu", True) == ((None, "mosaic_tpu" if implementations.MOSAIC_TPU_IN_DEFAULT else "pallas"),)
     assert plan(None, "cuda", False) == ((None, implementations.DEFAULT[0]),)  # unchanged elsewhere
     assert plan(None, "cpu", False) == ((None, "xla"),)
-    assert dict(plan(None, None, False))["tpu"] == "mosaic_tpu"  # traced: picked per platform when lowering
+    assert dict(plan(None, None, False)).get("tpu", "xla") == on_tpu  # traced: picked per platform when lowering
     assert plan("mosaic_tpu", "tpu", False) == ((None, "mosaic_tpu"),)
+    assert plan(("mosaic_tpu", "xla"), "tpu", False) == ((None, "mosaic_tpu"),)
+
+
+def test_the_tpu_default_waits_for_a_run_on_a_tpu():
+    assert implementations.PLATFORM_DEFAULTS == (
+        {"tpu": ("mosaic_tpu", "xla")} if implementations.MOSAIC_TPU_IN_DEFAULT else {}
+    )
 
 
 @pytest.mark.skipif(jax.devices()[0].platform == "tpu", reason="a TPU is here")
