@@ -6,6 +6,20 @@ test process's choice; the library never changes that flag. JAX's CPU platform
 gets four host devices (``XLA_FLAGS``, read once when JAX starts, so set before
 anything imports JAX) for the sharded-pool tests; a device count already in
 ``XLA_FLAGS`` wins.
+
+On a machine without CUDA, XLA:CPU also compiles with LLVM's optimizations off
+and its older loop emitters (``FAST_CPU_COMPILE``): the CPU tests compile a new
+program for almost every shape they draw (the interpreted Pallas kernels
+above all) and run each once, so compile time is most of their time, and this
+halves it. Results do not depend on either flag; ``kv-canary check`` (CI)
+runs every backend with XLA's defaults. Each flag is added only when
+``XLA_FLAGS`` does not set it already (pytest-xdist workers inherit it), and
+never on a CUDA machine, whose XLA may not know the flags (an unknown flag
+aborts XLA).
+
+Hypothesis profiles (``default``; ``thorough`` with ``KV_CANARY_THOROUGH=1``
+or ``--hypothesis-profile=thorough``) are registered by ``tests.profiles``,
+imported here so that the profile is loaded before any test module is.
 """
 
 from __future__ import annotations
@@ -22,8 +36,15 @@ if HOST_DEVICES not in os.environ.get("XLA_FLAGS", ""):
 
 from kv_canary.platform import cuda_available  # noqa: E402
 
+FAST_CPU_COMPILE = {"--xla_backend_optimization_level": "0", "--xla_cpu_use_fusion_emitters": "false"}
+
 if not cuda_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    flags = os.environ["XLA_FLAGS"]
+    extra = [f"{name}={value}" for name, value in FAST_CPU_COMPILE.items() if name not in flags]
+    os.environ["XLA_FLAGS"] = " ".join([flags, *extra])
+
+import tests.profiles  # noqa: E402,F401  (registers and loads the Hypothesis profile)
 
 try:
     import jax

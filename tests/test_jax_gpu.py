@@ -11,7 +11,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import given  # noqa: E402
 from jax.experimental import checkify  # noqa: E402
 
 from kv_canary_jax import available_implementations
@@ -19,6 +19,7 @@ from kv_canary_jax import error_from_checkify, pallas_triton, platforms  # noqa:
 from kv_canary_jax.api import scatter_req_token_ids  # noqa: E402
 from shared_spec import scatter_reference  # noqa: E402
 from tests.contract import assert_same_pool  # noqa: E402
+from tests.profiles import property_settings  # noqa: E402
 from tests.strategies import batches, large_batch, sentinel_pool  # noqa: E402
 
 GPU = platforms.gpu_device()
@@ -55,7 +56,7 @@ def test_default_is_the_kernel_on_gpu():
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_random_batches(implementation):
-    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @property_settings(15)
     @given(batch=batches(max_rows=12, max_width=40, max_bs=16, max_tokens=200))
     def run(batch):
         check(implementation, *batch)
@@ -66,7 +67,7 @@ def test_random_batches(implementation):
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_random_batches_wider_than_a_tile(implementation):
     # Widths past BLOCK and not multiples of it: several tiles per row, the last one past the row's end.
-    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @property_settings(6)
     @given(batch=batches(max_rows=6, max_width=3 * BLOCK + 17, max_bs=8, max_tokens=4 * BLOCK))
     def run(batch):
         check(implementation, *batch, jit=True)

@@ -20,7 +20,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from kv_canary_jax import implementations  # noqa: E402
@@ -28,6 +28,7 @@ from kv_canary_jax.api import scatter_req_token_ids  # noqa: E402
 from kv_canary_jax.conformance import MosaicRunner  # noqa: E402
 from shared_spec import errors, scatter_reference  # noqa: E402
 from tests.contract import ScatterContract, assert_same_pool  # noqa: E402
+from tests.profiles import property_settings  # noqa: E402
 from tests.strategies import large_batch, sentinel_pool  # noqa: E402
 
 MOSAIC_IMPORT_ERROR = implementations.mosaic_import_error()
@@ -44,7 +45,7 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 class TestJaxMosaic(ScatterContract):
     # Each new shape re-traces and re-compiles the interpreted kernel.
-    examples = 12
+    examples = 4
 
     @classmethod
     def make_runner(cls):
@@ -189,7 +190,7 @@ def test_repeated_rows_never_undo_each_other():
                 assert got[row, j] == pool[row, j], (row, j)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@property_settings(25, derandomize=True)
 @given(
     lengths=st.lists(st.sampled_from([0, 1, 2, 3, 63, 64, 127, 128, 129, 255, 256, 257, WIDTH - 1, WIDTH, WIDTH + 1])
                      | st.integers(-3, WIDTH + 20), min_size=BS, max_size=BS),

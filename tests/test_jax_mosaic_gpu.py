@@ -16,13 +16,14 @@ import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from kv_canary_jax import implementations, platforms  # noqa: E402
 from kv_canary_jax.api import scatter_req_token_ids  # noqa: E402
 from shared_spec import scatter_reference  # noqa: E402
 from tests.contract import assert_same_pool  # noqa: E402
+from tests.profiles import property_settings  # noqa: E402
 from tests.strategies import batches, large_batch, sentinel_pool  # noqa: E402
 
 GPU = platforms.gpu_device()
@@ -84,7 +85,7 @@ def test_both_entries_agree_with_the_reference(entry):
 
 
 def test_random_batches():
-    @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+    @property_settings(10)
     @given(batch=batches(max_rows=12, max_width=300, max_bs=16, max_tokens=700))
     def run(batch):
         check(*batch)
@@ -94,7 +95,7 @@ def test_random_batches():
 
 def test_random_batches_wider_than_a_tile():
     # Widths past the tile and not multiples of it: several tiles per row, the last one moved back to the row's end.
-    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @property_settings(4)
     @given(batch=batches(max_rows=6, max_width=3 * TILE + 17, max_bs=8, max_tokens=4 * TILE))
     def run(batch):
         check(*batch)
@@ -172,7 +173,7 @@ def test_donation_writes_in_place(entry):
 # every implementation, this one included.
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@property_settings(4)
 @given(block=st.sampled_from([128, 256, 512, 1024, 2048, 4096]), seed=st.integers(0, 2**16))
 def test_every_tile_cap_is_exact(block, seed):
     """The tuning knob (``block``) changes speed only."""
