@@ -25,8 +25,9 @@ imported here so that the profile is loaded before any test module is.
 from __future__ import annotations
 
 import os
-import sys
 import pathlib
+import sys
+import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
@@ -46,10 +47,22 @@ if not cuda_available():
 
 import tests.profiles  # noqa: E402,F401  (registers and loads the Hypothesis profile)
 
+# JAX's persistent compilation cache: every program the tests compile is kept
+# on disk, so the next run of the suite on this machine (a GPU session runs
+# it several times) loads instead of compiling. Keys cover the program, the
+# XLA flags and the versions, so a stale entry is never used. Costs about 5%
+# on an empty cache; KV_CANARY_JAX_CACHE=0 turns it off, or names another
+# folder; JAX_COMPILATION_CACHE_DIR, if set, wins.
+JAX_CACHE = os.environ.get("KV_CANARY_JAX_CACHE", os.path.join(tempfile.gettempdir(), "kv-canary-jax-cache"))
+
 try:
     import jax
 
     jax.config.update("jax_enable_x64", True)
+    if JAX_CACHE not in ("", "0") and not jax.config.jax_compilation_cache_dir:
+        jax.config.update("jax_compilation_cache_dir", JAX_CACHE)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 except ImportError:  # the JAX tests skip themselves
     pass
 
