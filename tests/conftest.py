@@ -17,6 +17,12 @@ runs every backend with XLA's defaults. Each flag is added only when
 never on a CUDA machine, whose XLA may not know the flags (an unknown flag
 aborts XLA).
 
+Under pytest-xdist (``-n 2``: the README's command) every worker is a
+separate process that inherits this environment; on a GPU each worker's JAX
+then allocates GPU memory as it needs it instead of preallocating most of it
+(``XLA_PYTHON_CLIENT_PREALLOCATE=false``), so that several workers fit on one
+GPU.
+
 Hypothesis profiles (``default``; ``thorough`` with ``KV_CANARY_THOROUGH=1``
 or ``--hypothesis-profile=thorough``) are registered by ``tests.profiles``,
 imported here so that the profile is loaded before any test module is.
@@ -34,6 +40,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 HOST_DEVICES = "--xla_force_host_platform_device_count"
 if HOST_DEVICES not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {HOST_DEVICES}=4".strip()
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 from kv_canary.platform import cuda_available  # noqa: E402
 
