@@ -50,9 +50,10 @@ FAST_CPU_COMPILE = {"--xla_backend_optimization_level": "0", "--xla_cpu_use_fusi
 
 if not cuda_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
-    flags = os.environ["XLA_FLAGS"]
-    extra = [f"{name}={value}" for name, value in FAST_CPU_COMPILE.items() if name not in flags]
-    os.environ["XLA_FLAGS"] = " ".join([flags, *extra])
+    os.environ["XLA_FLAGS"] = " ".join(
+        [os.environ["XLA_FLAGS"]]
+        + [f"{name}={value}" for name, value in FAST_CPU_COMPILE.items() if name not in os.environ["XLA_FLAGS"]]
+    )
 
 import tests.profiles  # noqa: E402,F401  (registers and loads the Hypothesis profile)
 
