@@ -61,8 +61,10 @@ import tests.profiles  # noqa: E402,F401  (registers and loads the Hypothesis pr
 # on disk, so the next run of the suite on this machine (a GPU session runs
 # it several times) loads instead of compiling. Keys cover the program, the
 # XLA flags and the versions, so a stale entry is never used. Costs about 5%
-# on an empty cache; KV_CANARY_JAX_CACHE=0 turns it off, or names another
-# folder; JAX_COMPILATION_CACHE_DIR, if set, wins.
+# on an empty cache, and grows by about 8 MB a CPU run (Hypothesis draws new
+# shapes; no size cap, whose LRU bookkeeping rescans the folder on every
+# write): delete it at will. KV_CANARY_JAX_CACHE=0 turns it off, or names
+# another folder; JAX_COMPILATION_CACHE_DIR, if set, wins.
 JAX_CACHE = os.environ.get("KV_CANARY_JAX_CACHE", os.path.join(tempfile.gettempdir(), "kv-canary-jax-cache"))
 
 try:
