@@ -1,19 +1,22 @@
 """The contract every backend passes: one test class, subclassed per backend.
 
 A backend's test file defines a subclass with ``make_runner()`` returning its
-``shared_spec.conformance.Runner`` (and, where the backend is slow, a smaller
-``examples``). Nothing here knows a framework.
+``shared_spec.conformance.Runner`` and ``examples``, the random-batch
+property's example count in the default Hypothesis profile (``tests.profiles``
+scales it: sized to what one example costs on that backend). The runner is
+made once per class. Nothing here knows a framework.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 
 from shared_spec import scatter_reference
 from shared_spec.cases import load_cases
 from shared_spec.conformance import Runner, check_case
+from tests.profiles import property_settings
 from tests.strategies import batches, large_batch
 
 CASES = load_cases()
@@ -38,8 +41,8 @@ def assert_written_by_its_requests(flat_in, offsets, rows, pool, got: np.ndarray
 
 
 class ScatterContract:
-    # Hypothesis examples per property; interpreted kernels lower it.
-    examples: int = 60
+    # Random batches per run in the default profile; interpreted kernels lower it.
+    examples: int = 20
     # Requests in the large well-formed batch; kernels whose interpreter pays a
     # host callback per request lower it (to a size still past one launch's block).
     large_bs: int = 3000
@@ -49,8 +52,9 @@ class ScatterContract:
         raise NotImplementedError
 
     @pytest.fixture(scope="class")
-    def runner(self) -> Runner:
-        runner = self.make_runner()
+    @classmethod
+    def runner(cls) -> Runner:
+        runner = cls.make_runner()
         if runner.unavailable:
             pytest.skip(runner.unavailable)
         return runner
@@ -63,7 +67,7 @@ class ScatterContract:
         assert result.status == "pass", result.detail
 
     def test_random_batches_match_reference(self, runner):
-        @settings(max_examples=self.examples, deadline=None, suppress_health_check=list(HealthCheck), derandomize=False)
+        @property_settings(self.examples)
         @given(batch=batches())
         def check(batch):
             assert_same_pool(runner.scatter(*batch), scatter_reference(*batch))

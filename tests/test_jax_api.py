@@ -7,6 +7,8 @@ Pallas interpreter here (``interpret=True``); test_jax_gpu.py runs it for real.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -244,12 +246,18 @@ def test_arguments_on_another_device_are_rejected():
 # -- checked mode ------------------------------------------------------------------------
 
 
+@functools.cache
+def checkified(implementation, interpret):
+    """The checked call under jit, checkified (and jitted again): one per way for the session, so cases of one shape compile once."""
+    jitted = jax.jit(scatter_fn(implementation, interpret, check_values=True))
+    return jax.jit(checkify.checkify(jitted, errors=checkify.user_checks))
+
+
 @pytest.mark.parametrize("case", CHECKED_ERRORS, ids=[c.name for c in CHECKED_ERRORS])
 @pytest.mark.parametrize("implementation,interpret", WAYS)
 def test_checkify_under_jit_reports_the_eager_message(case, implementation, interpret):
     args = [jnp.asarray(case.args[name].numpy()) for name in ("flat_in", "offsets", "req_pool_indices", "pool_out")]
-    jitted = jax.jit(scatter_fn(implementation, interpret, check_values=True))
-    err, out = checkify.checkify(jitted, errors=checkify.user_checks)(*args)
+    err, out = checkified(implementation, interpret)(*args)
     assert err.get() == case.error_message + " (`check` failed)"
     error = kv_canary_jax.error_from_checkify(err)
     assert type(error) is errors.KvCanaryValueError and str(error) == case.error_message
@@ -264,8 +272,7 @@ def test_checkify_under_jit_reports_the_eager_message(case, implementation, inte
 @pytest.mark.parametrize("implementation,interpret", WAYS)
 def test_checkify_passes_a_valid_batch(implementation, interpret):
     b = batch(bs=20, width=6, seed=11)
-    jitted = jax.jit(scatter_fn(implementation, interpret, check_values=True))
-    err, out = checkify.checkify(jitted, errors=checkify.user_checks)(*as_jax(*b))
+    err, out = checkified(implementation, interpret)(*as_jax(*b))
     assert err.get() is None and kv_canary_jax.error_from_checkify(err) is None
     assert_same_pool(np.asarray(out), scatter_reference(*b))
 

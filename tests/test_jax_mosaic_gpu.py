@@ -16,13 +16,14 @@ import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from kv_canary_jax import implementations, platforms  # noqa: E402
 from kv_canary_jax.api import scatter_req_token_ids  # noqa: E402
 from shared_spec import scatter_reference  # noqa: E402
 from tests.contract import assert_same_pool  # noqa: E402
+from tests.profiles import property_settings  # noqa: E402
 from tests.strategies import batches, large_batch, sentinel_pool  # noqa: E402
 
 GPU = platforms.gpu_device()
@@ -60,9 +61,14 @@ def scatter_fn(**kw):
     return f
 
 
+@functools.cache
+def jitted():
+    """One jitted function for the whole session: a shape seen before is not compiled again."""
+    return jax.jit(scatter_fn())
+
+
 def check(*batch, jit=True):
-    f = scatter_fn()
-    out = (jax.jit(f) if jit else f)(*on_gpu(*batch))
+    out = (jitted() if jit else scatter_fn())(*on_gpu(*batch))
     assert_same_pool(np.asarray(out), scatter_reference(*batch))
 
 
@@ -84,7 +90,7 @@ def test_both_entries_agree_with_the_reference(entry):
 
 
 def test_random_batches():
-    @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+    @property_settings(10)
     @given(batch=batches(max_rows=12, max_width=300, max_bs=16, max_tokens=700))
     def run(batch):
         check(*batch)
@@ -94,7 +100,7 @@ def test_random_batches():
 
 def test_random_batches_wider_than_a_tile():
     # Widths past the tile and not multiples of it: several tiles per row, the last one moved back to the row's end.
-    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @property_settings(4)
     @given(batch=batches(max_rows=6, max_width=3 * TILE + 17, max_bs=8, max_tokens=4 * TILE))
     def run(batch):
         check(*batch)
@@ -102,9 +108,9 @@ def test_random_batches_wider_than_a_tile():
     run()
 
 
-@pytest.mark.parametrize(
-    "bs,width", [(20_000, 9), (3000, 1025), (64, 5 * 2048 - 3), (70_000, 3), (4096, 1), (256, 8193), (2, 200_000)]
-)
+# tests/test_jax_gpu.py::test_large_batches runs (20_000, 9), (3000, 1025) and
+# (70_000, 3) on every implementation, this one included.
+@pytest.mark.parametrize("bs,width", [(64, 5 * 2048 - 3), (4096, 1), (256, 8193), (2, 200_000)])
 def test_large_batches(bs, width):
     check(*large_batch(bs=bs, width=width, seed=bs))
 
@@ -172,7 +178,7 @@ def test_donation_writes_in_place(entry):
 # every implementation, this one included.
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@property_settings(4)
 @given(block=st.sampled_from([128, 256, 512, 1024, 2048, 4096]), seed=st.integers(0, 2**16))
 def test_every_tile_cap_is_exact(block, seed):
     """The tuning knob (``block``) changes speed only."""

@@ -9,6 +9,7 @@ from tests.contract import ScatterContract  # noqa: E402
 
 
 class TestJaxXla(ScatterContract):
+    examples = 10  # XLA compiles each new shape (~0.1 s on a CPU)
     @classmethod
     def make_runner(cls):
         return XlaRunner()

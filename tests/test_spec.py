@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from shared_spec import build_cases, errors
@@ -17,6 +17,7 @@ from shared_spec.cases import CASES_FILE, load_cases
 from shared_spec.checks import ArrayView, Dialect, NotAnArray, cells_overlap, compile_fast_check, first_error
 from shared_spec.reference import longest_window, scatter_reference, written_columns
 from shared_spec.values import raise_first_value_error
+from tests.profiles import property_settings
 from tests.strategies import INT64_MAX, INT64_MIN, batches
 
 
@@ -38,13 +39,13 @@ def test_every_rule_has_cases():
     assert {"array", "rank", "dtype", "length", "order", "device", "writable"} <= rules
 
 
-@settings(max_examples=300, deadline=None)
+@property_settings(100, health_checks=True)
 @given(batch=batches(max_rows=6, max_width=12, max_bs=10, max_tokens=40))
 def test_reference_is_the_literal_pseudo_code(batch):
     np.testing.assert_array_equal(scatter_reference(*batch), build_cases.loop_oracle(*batch))
 
 
-@settings(max_examples=200, deadline=None)
+@property_settings(100, health_checks=True)
 @given(
     starts=st.lists(st.integers(INT64_MIN, INT64_MAX), min_size=1, max_size=4),
     ends=st.lists(st.integers(INT64_MIN, INT64_MAX), min_size=4, max_size=4),
@@ -78,7 +79,7 @@ def naive_first_value_error(offsets, rows, n_tokens, n_rows):
     return None
 
 
-@settings(max_examples=400, deadline=None)
+@property_settings(200, health_checks=True)
 @given(
     offsets=st.lists(st.integers(-3, 12), min_size=1, max_size=8),
     rows=st.lists(st.integers(-2, 6), max_size=7),
@@ -147,7 +148,7 @@ def argument_sets(draw):
 FAST_NUMPY_CHECK = compile_fast_check(NUMPY_DIALECT)
 
 
-@settings(max_examples=500, deadline=None)
+@property_settings(200, health_checks=True)
 @given(args=argument_sets())
 def test_fast_predicate_agrees_with_the_ordered_checks(args):
     error = first_error({name: numpy_view(value) for name, value in args.items()})
@@ -184,7 +185,7 @@ def test_shapes_are_written_as_python_tuples(shape, text):
         assert str(error) == f"kv-canary: scatter_req_token_ids flat_in must be 1-D, got shape {text}"
 
 
-@settings(max_examples=2000, deadline=None)
+@property_settings(500, health_checks=True)
 @given(
     start=st.one_of(st.integers(-30, 30), st.integers(INT64_MIN, INT64_MAX)),
     end=st.one_of(st.integers(-30, 30), st.integers(INT64_MIN, INT64_MAX)),

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from kv_canary_torch import BACKENDS, launch_scatter_req_token_ids_kernel, op
@@ -24,6 +24,7 @@ from shared_spec import errors
 from shared_spec.arguments import ARGUMENTS, ARGUMENT_NAMES
 from shared_spec.checks import ArrayView, NotAnArray, first_error
 from shared_spec.values import raise_first_value_error
+from tests.profiles import property_settings
 from tests.torch_support import as_numpy, device_for, sentinel
 
 P = errors.PREFIX
@@ -206,7 +207,7 @@ def argument_sets(draw):
     return args
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@property_settings(150)
 @given(args=argument_sets())
 def test_fast_predicate_agrees_with_first_error(args):
     views = {name: brute_force_view(args[name], name == "pool_out") for name in ARGUMENT_NAMES}
@@ -277,7 +278,7 @@ def test_triton_on_the_cpu_without_the_interpreter_is_unavailable():
 # -- the checked mode ---------------------------------------------------------
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@property_settings(60)
 @given(
     offsets=st.lists(st.integers(-3, 12), min_size=1, max_size=7),
     rows=st.lists(st.integers(-2, 6), max_size=6),

@@ -11,10 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 
 from kv_canary_torch import launch_scatter_req_token_ids_kernel, pack_token_ids
 from shared_spec import errors, scatter_reference
+from tests.profiles import property_settings
 from tests.strategies import batches, large_batch, sentinel_pool
 from tests.torch_support import as_numpy
 
@@ -39,7 +40,7 @@ def assert_matches_reference(batch, backend="triton"):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_random_batches(backend):
-    @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+    @property_settings(40)
     @given(batch=batches(max_rows=12, max_width=40, max_bs=12, max_tokens=120))
     def check(batch):
         assert_matches_reference(batch, backend)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from kv_canary_torch import launch_scatter_req_token_ids_kernel, pack_token_ids
 from shared_spec import errors, scatter_reference
+from tests.profiles import property_settings
 from tests.strategies import INT64_MAX, INT64_MIN
 from tests.torch_support import as_numpy, device_for, sentinel
 
@@ -23,7 +24,7 @@ def check_packed(token_lists, flat_in, offsets):
     assert offsets.tolist() == list(np.cumsum([0] + [len(ids) for ids in token_lists]))
 
 
-@settings(max_examples=80, deadline=None)
+@property_settings(40, health_checks=True)
 @given(
     lists=st.lists(st.lists(st.integers(INT64_MIN, INT64_MAX), max_size=6), max_size=6),
     kinds=st.lists(st.sampled_from(["list", "tuple", "numpy", "numpy32", "tensor", "tensor32"]), min_size=6, max_size=6),

@@ -12,7 +12,7 @@ from tests.contract import ScatterContract
 
 
 class TestTorchTriton(ScatterContract):
-    examples = 25  # the Triton interpreter runs each program in numpy: slow
+    examples = 25  # the Triton interpreter runs each program in numpy: cheap for small grids
 
     @classmethod
     def make_runner(cls):

@@ -10,10 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 
 from kv_canary_torch import triton_launch
 from shared_spec import scatter_reference
+from tests.profiles import property_settings
 from tests.strategies import batches
 from tests.torch_support import device_for
 
@@ -38,7 +39,7 @@ def run_kernel(batch, shape, wide):
 @pytest.mark.parametrize("wide", [False, True])
 @pytest.mark.parametrize("shape", [triton_launch.SMALL, triton_launch.LARGE, (16, 4, 64, True)], ids=str)
 def test_launch_shapes_match_reference(shape, wide):
-    @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+    @property_settings(8)
     @given(batch=batches(max_width=40))
     def check(batch):
         np.testing.assert_array_equal(run_kernel(batch, shape, wide), scatter_reference(*batch))

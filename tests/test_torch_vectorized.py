@@ -5,6 +5,7 @@ from tests.contract import ScatterContract
 
 
 class TestTorchVectorized(ScatterContract):
+    examples = 40  # no compile: cheap per example
     @classmethod
     def make_runner(cls):
         return TorchRunner("torch")
