@@ -10,11 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from kv_canary_torch import launch_scatter_req_token_ids_kernel
 from shared_spec import errors, require_bool, scatter_reference
+from tests.profiles import property_settings
 from tests.strategies import sentinel_pool
 from tests.torch_support import as_numpy, device_for
 
@@ -95,7 +96,7 @@ def test_false_and_numpy_false_leave_it_off(value):
         assert np.array_equal(pool, expected), name
 
 
-@settings(max_examples=60, deadline=None)
+@property_settings(60, health_checks=True)
 @given(
     value=st.one_of(
         st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=4), st.none(),

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from kv_canary.matrix import collect_runners, run_matrix
 from shared_spec import scatter_reference
-from shared_spec.arguments import ARGUMENTS, ARGUMENT_NAMES, OUTPUT
+from shared_spec.arguments import ARGUMENTS, OUTPUT
 from shared_spec.cases import ArrayData, PythonValue
 from tests.profiles import property_settings
 

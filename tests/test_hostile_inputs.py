@@ -422,13 +422,14 @@ def _read_only(a: np.ndarray) -> np.ndarray:
 
 
 def test_random_batches_in_every_layout_match_the_reference():
-    from hypothesis import HealthCheck, given, settings, strategies as st
+    from hypothesis import given, strategies as st
 
+    from tests.profiles import property_settings
     from tests.strategies import batches
 
     names = sorted(LAYOUTS)
 
-    @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+    @property_settings(30)
     @given(
         batch=batches(max_rows=5, max_width=9, max_bs=5, max_tokens=20),
         inputs=st.lists(st.sampled_from(names), min_size=3, max_size=3),

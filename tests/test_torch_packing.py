@@ -116,7 +116,7 @@ def test_a_token_id_outside_int64_is_named(token_lists, index, position, value):
     assert str(info.value) == out_of_range(index, position, value)
 
 
-@settings(max_examples=60, deadline=None)
+@property_settings(60, health_checks=True)
 @given(
     ids=st.lists(st.integers(INT64_MIN, INT64_MAX), max_size=5),
     bad=st.one_of(st.integers(INT64_MAX + 1, 2**70), st.integers(-(2**70), INT64_MIN - 1)),
