@@ -112,18 +112,19 @@ VEC = 128
 # The tile (columns one program copies on a long window) is the largest power
 # of two <= min(cap, C, N), the cap by the longest window min(C, N): up to
 # SMALL_WINDOW columns, SMALL_TILE = 4 int64 per thread (short rows are
-# latency-bound: more, smaller programs); beyond, LARGE_TILE = up to 32
+# latency-bound: more, smaller programs); beyond, LARGE_TILE = up to 16
 # independent 8-byte loads per thread before the first store. Why so many: on
 # the H200 (jax 0.11.2) ptxas gives this kernel 128 registers per thread, so
 # at most 4 programs (one warpgroup each) are resident per SM, and the bytes in
 # flight per program decide the bandwidth. Measured there (profiler kernel
 # durations, 256 x 2048): tile 512 4.03 us, 1024 3.17 us, 2048 2.53 us, against
-# 2.34 us for the Triton-lowered kernel; 64 x 8192 (chained): cap 2048 4.98 us,
-# 4096 4.64 us, 8192 5.58 us. The overlapping last tile re-writes at most T - 1
-# columns.
+# 2.34 us for the Triton-lowered kernel; chained, 1024 x 2048 went from 13.85 us
+# (tile 512) to 9.93 us (2048). A cap of 4096 helped 64 x 8192 a little (4.64
+# against 4.98 us) but cost 13% at 256 x 8192 and 12% at 256 x 32768, hence
+# 2048. The overlapping last tile re-writes at most T - 1 columns.
 SMALL_WINDOW = 1024
 SMALL_TILE = 512
-LARGE_TILE = 4096
+LARGE_TILE = 2048
 # Scalar copies (windows shorter than VEC) load this many tokens, then store the
 # previous batch: one batch ahead keeps a memory latency per window, not per
 # batch, while bounding the registers the scalar path holds (each copy is

@@ -147,12 +147,12 @@ def test_launch_shapes():
     assert mosaic.launch_shape(8, 1000, 100) == (0, 1)
     assert mosaic.launch_shape(8, 1000, 2**20) == (mosaic.SMALL_TILE, 2)  # windows up to SMALL_WINDOW: small tiles
     assert mosaic.launch_shape(8, 2049, 2**20) == (2048, 2)  # the largest power of two within the longest window
-    assert mosaic.launch_shape(8, 8193, 2**20) == (mosaic.LARGE_TILE, 3)
+    assert mosaic.launch_shape(8, 8193, 2**20) == (mosaic.LARGE_TILE, 5)
     assert mosaic.launch_shape(8, 3000, 1500) == (1024, 2)  # the tokens, not the width, bound the window
     assert mosaic.launch_shape(8, 2**17, 300) == (256, 2)
     # Many requests: fewer lanes, each striding over several tiles (sglang's bench: 4096 x 512, 256 x 32768).
     assert mosaic.launch_shape(4096, 513, 2**21) == (512, 1)
-    assert mosaic.launch_shape(256, 32769, 2**23) == (mosaic.LARGE_TILE, 9)
+    assert mosaic.launch_shape(256, 32769, 2**23) == (mosaic.LARGE_TILE, 16)
     assert mosaic.launch_shape(1024, 2049, 2**21) == (2048, 2)
     assert mosaic.launch_shape(1, 2**30, 2**30)[1] == mosaic.TARGET_PROGRAMS
     with pytest.raises(ValueError):
