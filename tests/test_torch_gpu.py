@@ -134,6 +134,8 @@ def test_cuda_graph_capture_and_replay():
         np.testing.assert_array_equal(as_numpy(pool), scatter_reference(*batch))
 
 
+# torch says, on every switch into the debug mode, that it is a prototype: its own notice, expected here.
+@pytest.mark.filterwarnings("ignore:Synchronization debug mode is a prototype feature:UserWarning")
 def test_no_host_sync():
     flat_in, offsets, rows, pool = on_gpu(large_batch(bs=32, width=16, seed=5))
     launch(flat_in, offsets, rows, pool)  # warm up (first launch compiles)
