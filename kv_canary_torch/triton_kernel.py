@@ -31,6 +31,26 @@ import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
 
+@triton.jit
+def request_window(request, offsets_ptr, rows_ptr, n_tokens, n_rows, width, offsets_stride, rows_stride):
+    """``(row_ok, row, base, lo, hi)`` of request ``request``, on int64 scalars (the module docstring's math).
+
+    ``hi`` is 0 when the row is outside ``[0, R)``, so such a request writes
+    nothing; ``row`` is then to be used only through ``row_ok``.
+    """
+    row = tl.load(rows_ptr + request * rows_stride)
+    start = tl.load(offsets_ptr + request * offsets_stride)
+    end = tl.load(offsets_ptr + (request + 1) * offsets_stride)
+    diff = end - start  # wraps; see segment_lengths
+    n = tl.where(end <= start, 0, tl.where((diff < 0) | (diff > width), width, diff))
+    row_ok = (row >= 0) & (row < n_rows)
+    n = tl.where(row_ok, n, 0)
+    base = tl.minimum(tl.maximum(start, -width), n_tokens)
+    lo = tl.where(base < 0, -base, 0)
+    hi = tl.minimum(n, n_tokens - base)
+    return row_ok, row, base, lo, hi
+
+
 # Nothing is specialized on integer values: N, R and C change from call to call
 # and specializing (value 1, divisibility by 16) would only multiply compiled
 # variants -- and the host launcher (triton_launch._FastLaunch) relies on one
@@ -63,17 +83,9 @@ def scatter_req_token_ids_kernel(
     request = tl.program_id(0).to(tl.int64)
     lane = tl.program_id(1)
     lanes = tl.num_programs(1)
-
-    row = tl.load(rows_ptr + request * rows_stride)
-    start = tl.load(offsets_ptr + request * offsets_stride)
-    end = tl.load(offsets_ptr + (request + 1) * offsets_stride)
-    diff = end - start  # wraps; see segment_lengths
-    n = tl.where(end <= start, 0, tl.where((diff < 0) | (diff > width), width, diff))
-    row_ok = (row >= 0) & (row < n_rows)
-    n = tl.where(row_ok, n, 0)
-    base = tl.minimum(tl.maximum(start, -width), n_tokens)
-    lo = tl.where(base < 0, -base, 0)
-    hi = tl.minimum(n, n_tokens - base)
+    row_ok, row, base, lo, hi = request_window(
+        request, offsets_ptr, rows_ptr, n_tokens, n_rows, width, offsets_stride, rows_stride
+    )
 
     flat_row = flat_in_ptr + base * flat_stride  # int64 scalar offsets
     pool_row = pool_ptr + tl.where(row_ok, row, 0) * stride_row  # with hi = 0 when the row is outside
