@@ -21,11 +21,6 @@ import json
 import os
 import statistics
 import tempfile
-import time
-
-import numpy as np
-
-CHAIN = 16
 
 
 def parse_case(text: str) -> tuple[int, int, bool, bool]:
@@ -97,7 +92,7 @@ def main(argv=None) -> None:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    from kv_canary.bench import make_inputs
+    from kv_canary.bench import CHAIN, jax_chained, make_inputs
     from kv_canary_jax import pallas_mosaic_gpu, scatter_req_token_ids
     from shared_spec.reference import scatter_reference
 
@@ -116,31 +111,18 @@ def main(argv=None) -> None:
                     return scatter_req_token_ids(f, o, r, p, implementation=impl)
                 return pallas_mosaic_gpu.scatter(f, o, r, p, block=block)
 
-            def chained(f, o, r, p, k):
-                for _ in range(k):
-                    p = apply(f, o, r, p)
-                return p
-
             if args.mark:
                 print(f"# compiling {case} {impl} block={block}", flush=True)
-            fns = {k: jax.jit(lambda f, o, r, p, k=k: chained(f, o, r, p, k), donate_argnums=3) for k in (1, CHAIN)}
-            pools = {k: fns[k](flat_in, offsets, rows, jax.device_put(inputs[3])) for k in fns}
-            assert np.array_equal(np.asarray(pools[1]), expected), (case, impl, block)
-            times = {1: [], CHAIN: []}
-            for _ in range(30):
-                for k in (1, CHAIN):
-                    start = time.perf_counter()
-                    pools[k] = fns[k](flat_in, offsets, rows, pools[k])
-                    pools[k].block_until_ready()
-                    times[k].append(time.perf_counter() - start)
-            chained_us = (statistics.median(times[CHAIN]) - statistics.median(times[1])) / (CHAIN - 1) * 1e6
+            per, fns = jax_chained(apply, (flat_in, offsets, rows), inputs[3], expected, f"{case} {impl} block={block}")
+            chained_us = per * 1e6
             cell = f"{impl}{'' if block is None else '/' + str(block)}: chain {chained_us:6.2f}"
             if not args.no_profile:
                 with tempfile.TemporaryDirectory() as d:
+                    pool = jax.device_put(inputs[3])
                     with jax.profiler.trace(d, create_perfetto_trace=True):
                         for _ in range(5):
-                            pools[CHAIN] = fns[CHAIN](flat_in, offsets, rows, pools[CHAIN])
-                        pools[CHAIN].block_until_ready()
+                            pool = fns[CHAIN](flat_in, offsets, rows, pool)
+                        pool.block_until_ready()
                     events = kernel_events(d, "kv_canary")
                     if args.events:
                         print(f"  {case} {impl} block={block}:")

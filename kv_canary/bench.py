@@ -195,6 +195,39 @@ def _wall(fn, args, calls: int, rounds: int = 5) -> float:
     return statistics.median(samples)
 
 
+def jax_chained(apply, args, pool, expected, what: str):
+    """Seconds per application of ``apply(flat_in, offsets, rows, pool) -> pool`` by the chained method.
+
+    One jitted function applies it once, another ``CHAIN`` times (unrolled);
+    both donate the pool. One application is checked against ``expected``
+    first (``what`` names it in the failure). The figure is the median of 30
+    interleaved rounds of the chained call minus that of the single one, over
+    ``CHAIN - 1``. Returns it with the two functions, ``{1: ..., CHAIN: ...}``.
+    """
+    import jax
+
+    def chain(k):
+        def run(f, o, r, p):
+            for _ in range(k):
+                p = apply(f, o, r, p)
+            return p
+
+        return jax.jit(run, donate_argnums=3)
+
+    fns = {k: chain(k) for k in (1, CHAIN)}
+    pools = {k: fn(*args, jax.device_put(pool)) for k, fn in fns.items()}  # compiles both
+    assert np.array_equal(np.asarray(pools[1]), expected), f"{what} disagrees with the reference"
+    jax.block_until_ready(pools)
+    times = {k: [] for k in fns}
+    for _ in range(30):
+        for k, fn in fns.items():
+            start = time.perf_counter()
+            pools[k] = fn(*args, pools[k])
+            pools[k].block_until_ready()
+            times[k].append(time.perf_counter() - start)
+    return (statistics.median(times[CHAIN]) - statistics.median(times[1])) / (CHAIN - 1), fns
+
+
 def bench_jax(inputs, expected, measures: dict, implementations):
     import jax
 
@@ -204,34 +237,12 @@ def bench_jax(inputs, expected, measures: dict, implementations):
     floor = jax.jit(lambda f, o, r, p: p, donate_argnums=3)
     measures["jax_dispatch_floor_wall_us"] = _wall(floor, (flat_in, offsets, rows, jax.device_put(inputs[3])), WALL_CALLS) * 1e6
     for impl in implementations:
-        one = jax.jit(lambda f, o, r, p, impl=impl: scatter_req_token_ids(f, o, r, p, implementation=impl), donate_argnums=3)
-        got = one(flat_in, offsets, rows, jax.device_put(inputs[3]))
-        assert np.array_equal(np.asarray(got), expected), f"jax/{impl} disagrees with the reference"
-
-        def chained(f, o, r, p, impl=impl):
-            for _ in range(CHAIN):
-                p = scatter_req_token_ids(f, o, r, p, implementation=impl)
-            return p
-
-        many = jax.jit(chained, donate_argnums=3)
-        times = {1: [], CHAIN: []}
-        p1, pk = jax.device_put(inputs[3]), jax.device_put(inputs[3])
-        p1, pk = one(flat_in, offsets, rows, p1), many(flat_in, offsets, rows, pk)  # compile
-        jax.block_until_ready((p1, pk))
-        for _ in range(30):
-            for k, fn in ((1, one), (CHAIN, many)):
-                p = p1 if k == 1 else pk
-                start = time.perf_counter()
-                p = fn(flat_in, offsets, rows, p)
-                p.block_until_ready()
-                times[k].append(time.perf_counter() - start)
-                if k == 1:
-                    p1 = p
-                else:
-                    pk = p
-        per = (statistics.median(times[CHAIN]) - statistics.median(times[1])) / (CHAIN - 1)
+        per, fns = jax_chained(
+            lambda f, o, r, p, impl=impl: scatter_req_token_ids(f, o, r, p, implementation=impl),
+            (flat_in, offsets, rows), inputs[3], expected, f"jax/{impl}",
+        )
         measures[f"jax_{impl}_us"] = per * 1e6
-        measures[f"jax_{impl}_wall_us"] = _wall(one, (flat_in, offsets, rows, jax.device_put(inputs[3])), WALL_CALLS) * 1e6
+        measures[f"jax_{impl}_wall_us"] = _wall(fns[1], (flat_in, offsets, rows, jax.device_put(inputs[3])), WALL_CALLS) * 1e6
 
 
 def empty_kernel_us(torch, triton) -> float:
