@@ -1,16 +1,36 @@
 #!/usr/bin/env bash
-# One device call: GPU tests, the conformance matrix, then timings. Logs land in $OUT.
+# One device call: GPU tests, the memory checker, the conformance matrix, then timings. Logs land in $OUT.
+#   bash benchmarks/gpu_session.sh [all|gpu|tests|memcheck|check|tune|bench|mosaic] [limit seconds]
+# `all` runs gpu (the GPU tests), memcheck, check and mosaic in that order (about 5 minutes on one H200);
+# `tests` is the whole suite, CPU tests included.
 set -u
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT="${OUT:-/tmp/kvc-out}"; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, triton, jax; print('torch', torch.__version__, 'triton', triton.__version__, 'jax', jax.__version__, jax.devices())"
-step() { local limit=$1; shift; echo "=== $* (limit ${limit}s)"; timeout "$limit" "$@" 2>&1 | tee -a "$OUT/log.txt" | tail -n "${TAIL:-25}"; }
-case "${1:-all}" in
-  tests) step "${2:-400}" python3 -m pytest -q -x -p no:cacheprovider ${PYTEST_ARGS:-} ;;
-  check) step 120 python3 -m kv_canary.cli check ;;
-  tune) step "${2:-300}" python3 benchmarks/tune_triton.py ;;
-  bench) step "${2:-300}" python3 -m kv_canary.cli bench --write "$OUT/performance.md" ${BENCH_ARGS:-} ;;
-  memcheck) step "${2:-540}" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 XLA_PYTHON_CLIENT_ALLOCATOR=platform \
-    /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 python3 benchmarks/memcheck_corpus.py ${MEMCHECK_ARGS:-} ;;
-esac
+# step LIMIT CMD...: run CMD under a time limit, log it whole, show its tail, its exit status and wall time.
+step() {
+  local limit=$1; shift; echo "=== $* (limit ${limit}s)"; SECONDS=0
+  timeout "$limit" "$@" >> "$OUT/log.txt" 2>&1; local rc=$?
+  tail -n "${TAIL:-25}" "$OUT/log.txt"; echo "=== rc=$rc wall ${SECONDS}s"
+}
+run() {
+  case "$1" in
+    gpu) step "${2:-170}" python3 -m pytest -q -m gpu -n 4 -p no:cacheprovider ${PYTEST_ARGS:-} ;;
+    tests) step "${2:-400}" python3 -m pytest -q -x -p no:cacheprovider ${PYTEST_ARGS:-} ;;
+    check) step "${2:-120}" python3 -m kv_canary.cli check ;;
+    tune) step "${2:-300}" python3 benchmarks/tune_triton.py ;;
+    bench) step "${2:-300}" python3 -m kv_canary.cli bench --write "$OUT/performance.md" ${BENCH_ARGS:-} ;;
+    memcheck) step "${2:-540}" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 XLA_PYTHON_CLIENT_ALLOCATOR=platform \
+      /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 \
+      python3 benchmarks/memcheck_corpus.py ${MEMCHECK_ARGS:-} ;;
+    # Mosaic GPU against the Triton-lowered kernel, with ptxas' register counts per variant.
+    mosaic) step "${2:-120}" env MOSAIC_GPU_DUMP_PTXAS=1 python3 benchmarks/jax_kernel_times.py --no-profile --mark \
+      --case 256x2048 --case 1024x2048 --case 64x8192 ;;
+  esac
+}
+if [ "${1:-all}" = all ]; then
+  for s in gpu memcheck check mosaic; do run "$s"; done
+else
+  run "$1" "${2:-}"
+fi
