@@ -22,7 +22,7 @@ smallest vector store writes ``VEC = 128`` consecutive cells, and the only
 finer store is a scalar one. So the kernel never stores a vector reaching
 outside the request's window: it places fixed-size vector copies *inside* the
 window, overlapping where the window is not a multiple of their size, and
-writes windows shorter than ``VEC`` with scalar copies. Overlapping copies of
+writes windows shorter than ``VEC`` with scalar stores. Overlapping copies of
 one request write the same value to a cell (``flat_in[base + j]`` to column
 ``j``), so their order does not matter. No cell outside a window is ever
 written, not even with its own old value (there is no read-modify-write), so
@@ -47,16 +47,26 @@ and every such ``base + j`` lies in ``[0, N)``. With ``m = hi - lo``, at most
 - ``VEC <= m < T``: lane 0 copies ``P`` columns from ``lo`` and ``P`` columns
   ending at ``hi``, for the power of two with ``P <= m < 2P``
   (``short_copies``); the two cover ``[lo, hi)`` since ``2P > m``.
-- ``0 < m < VEC``: lane 0 makes ``2P - 1`` scalar copies (``P <= m < 2P``
-  again), to the columns ``lo + min(i, m - 1)``, ``i < 2P - 1``: each column of
-  the window, the last repeated. Loads run ``SCALAR_BATCH`` ahead of stores, so
-  a short window costs about one memory latency, not ``m``.
+- ``0 < m < VEC``: lane 0 stages the window in shared memory and stores it
+  column by column (``staged_load``, ``staged_columns``): one vector load of
+  ``VEC`` tokens from ``s = min(base + lo, N - VEC)`` (inside ``[0, N)``, and
+  the window's ``m`` tokens are among them, at ``d = base + lo - s``), stored
+  to shared memory so that column ``lo + j`` lands at ``stage[VEC + j]``; a
+  barrier; then, in batches of ``STAGE_BATCH``, scalar stores of the columns
+  ``lo + min(i, m - 1)``, ``i < cdiv(m, STAGE_BATCH) * STAGE_BATCH`` (each
+  column of the window, the last repeated), each value read back from shared
+  memory. A short window costs one memory latency for its tokens, like a
+  long one, and the path holds few registers (the scalar stores read shared
+  memory, not a register per column). Where ``N < VEC`` (no vector load of
+  ``VEC`` tokens fits) the batches load their tokens from ``flat_in``
+  directly, with the same columns.
 - the row outside ``[0, R)``, or ``m <= 0``: nothing.
 
 Every vector copy is one load of ``flat_in[base + s : base + s + size]`` (in
 ``[0, N)``, since ``[s, s + size)`` is inside the window) and one store to
 ``pool[row, s : s + size]`` (inside the window, hence inside the row); a scalar
-copy is the same for one column. No access ever leaves its array, so nothing is
+store is the same for one column (its value read from ``stage``, shared
+memory, where ``N >= VEC``). No access ever leaves its array, so nothing is
 clipped or clamped: not by the GPU, not by the interpreter (which clamps slices
 that reach past an array's end, where the GPU would not). Both run the same
 index arithmetic on the same in-bounds slices.
@@ -76,9 +86,10 @@ cdiv(TARGET_PROGRAMS, bs))``. Pallas's Mosaic GPU lowering reverses the grid
 for CUDA, so requests run along CUDA's x axis (up to ``2**31 - 1``) and lanes
 along y (at most ``TARGET_PROGRAMS``, below y's 65535). Like the Triton
 kernels, a pool far wider than the batch's tokens launches programs for the
-tokens (``min(C, N)``), not for the width. No shared memory, no TMA, no
-barriers: a program is three scalar loads, then per tile its loads, then its
-stores; the parallelism is across programs. How the GPU launches it is
+tokens (``min(C, N)``), not for the width. No TMA: a program is three scalar loads, then per tile its loads, then its
+stores; the parallelism is across programs. The only shared memory is the
+``2 * VEC``-cell ``stage`` of the short-window path, and its barrier the only
+one. How the GPU launches it is
 ``ENTRY``: ``pl.kernel`` over a ``plgpu.Mesh`` with the pool handed in as a ref
 (``pl.run_state``), or the deprecated ``pl.pallas_call`` with
 ``input_output_aliases``; both alias the pool in place and run ``_kernel``.
@@ -110,27 +121,29 @@ from shared_spec.reference import longest_window, written_columns
 # windows use scalar copies.
 VEC = 128
 # The tile (columns one program copies on a long window) is the largest power
-# of two <= min(cap, C, N), the cap by the longest window min(C, N): up to
-# SMALL_WINDOW columns, SMALL_TILE = 4 int64 per thread (short rows are
-# latency-bound: more, smaller programs); beyond, LARGE_TILE = up to 16
-# independent 8-byte loads per thread before the first store. Why so many: on
-# the H200 (jax 0.11.2) ptxas gives this kernel 128 registers per thread, so
-# at most 4 programs (one warpgroup each) are resident per SM, and the bytes in
-# flight per program decide the bandwidth. Measured there (profiler kernel
-# durations, 256 x 2048): tile 512 4.03 us, 1024 3.17 us, 2048 2.53 us, against
-# 2.34 us for the Triton-lowered kernel; chained, 1024 x 2048 went from 13.85 us
-# (tile 512) to 9.93 us (2048). A cap of 4096 helped 64 x 8192 a little (4.64
-# against 4.98 us) but cost 13% at 256 x 8192 and 12% at 256 x 32768, hence
-# 2048. The overlapping last tile re-writes at most T - 1 columns.
-SMALL_WINDOW = 1024
-SMALL_TILE = 512
-LARGE_TILE = 2048
-# Scalar copies (windows shorter than VEC) load this many tokens, then store the
-# previous batch: one batch ahead keeps a memory latency per window, not per
-# batch, while bounding the registers the scalar path holds (each copy is
-# executed by all 128 threads; the kernel's register count, hence its
-# occupancy, is that of its largest path).
-SCALAR_BATCH = 8
+# of two <= min(TILE, C, N), the cap by the longest window min(C, N): 4 int64
+# per thread, many small programs, as the Triton-lowered kernel has (8 per
+# thread). History, on the H200 (jax 0.11.2): while the unrolled scalar path
+# for short windows held the kernel at 128 registers per thread (4 programs
+# resident per SM), the bytes in flight per program decided the bandwidth and
+# tiles of 2048 columns won (profiler kernel durations, 256 x 2048: tile 512
+# 4.03 us, 2048 2.53 us). With the staged short-window path the kernel takes
+# 40-48 registers (10-12 programs per SM), and a sweep over the bench's cases of
+# 0.5M-8M tokens (chained, us; caps 512 / 1024 / 2048) found 512 as fast or
+# faster at each: 256 x 2048 2.68 / 4.33 / 4.91, 256 x 8192 6.78 / 7.93 / 8.69,
+# 1024 x 2048 7.25 / 8.04 / 8.91, 256 x 32768 32.04 / 32.29 / 33.33
+# (benchmarks/jax_kernel_times.py --block ... --stage-batch 16; single runs,
+# about +-1 us of noise). The overlapping last tile re-writes at most T - 1
+# columns.
+TILE = 512
+# Windows shorter than VEC store their columns with scalar stores, this many
+# per loop step (the step's shared-memory reads first, then its stores). Why
+# not an unrolled store per column: on the H200 (jax 0.11.2, ptxas) the
+# kernel with 2P - 1 unrolled scalar copies per length class took 96-128
+# registers per thread, against 32-40 without them, and the register count of
+# the largest path is the whole kernel's: it bounds how many programs an SM
+# holds (benchmarks/mosaic_registers.py).
+STAGE_BATCH = 16
 # Programs per launch the lanes aim at, as in the torch Triton launcher: each
 # request gets min(cdiv(min(C, N), T), cdiv(TARGET_PROGRAMS, bs)) lanes that
 # stride through its tiles, so a long request alone still spreads over the
@@ -166,26 +179,21 @@ def launch_shape(bs: int, width: int, n_tokens: int, block: int | None = None) -
     N) < VEC``): then every write is scalar and one lane per request suffices.
     """
     span = longest_window(width, n_tokens)
-    if block is None:
-        block = SMALL_TILE if span <= SMALL_WINDOW else LARGE_TILE
-    cap = min(block, span)
+    cap = min(TILE if block is None else block, span)
     tile = _pow2_floor(cap) if cap >= VEC else 0
     if not tile:
         return 0, 1
     return tile, max(1, min(-(-span // tile), -(-TARGET_PROGRAMS // max(bs, 1))))
 
 
-def copy_sizes(width: int, n_tokens: int, tile: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The static copy sizes below ``tile``: vector sizes ``P`` (``VEC <= P < tile``) and scalar classes ``P < VEC``.
+def vector_sizes(tile: int) -> tuple[int, ...]:
+    """The static vector copy sizes below ``tile``: ``P`` with ``VEC <= P < tile``, largest first.
 
-    A window of ``m`` columns uses the ``P`` with ``P <= m < 2P``; classes no
-    window can use (``P > min(C, N)``) are left out, so the kernel carries no
-    code that cannot run.
+    A window of ``m`` columns, ``VEC <= m < tile``, uses the ``P`` with ``P <=
+    m < 2P``; no ``P`` exceeds the longest window ``min(C, N)``, since the tile
+    does not.
     """
-    span = longest_window(width, n_tokens)
-    vectors = tuple(p for p in _powers_below(tile) if p >= VEC)
-    scalars = tuple(p for p in _powers_below(VEC) if p <= span)
-    return vectors, scalars
+    return tuple(p for p in _powers_below(tile) if p >= VEC)
 
 
 def _powers_below(limit: int) -> list[int]:
@@ -213,30 +221,62 @@ def tile_copy(lo, hi, k, tile: int, xp=jnp):
     return [lo + xp.minimum(k * tile, m - tile)], tile
 
 
-def short_copies(lo, hi, vectors, scalars, xp=jnp):
-    """The copies of a window shorter than the tile: ``[(when, starts, size)]``, at most one active.
+def short_copies(lo, hi, vectors, xp=jnp):
+    """The vector copies of a window shorter than the tile: ``[(when, starts, size)]``, at most one active.
 
-    For the ``P`` with ``P <= m < 2P``: ``size = P >= VEC``, a vector copy of
-    ``P`` columns from ``lo`` and one ending at ``hi``; ``P < VEC``, scalar
-    copies (``size = 1``) of the ``2P - 1`` columns ``lo + min(i, m - 1)``.
+    For the ``P`` with ``P <= m < 2P`` (``P >= VEC``): a copy of ``P`` columns
+    from ``lo`` and one ending at ``hi``; they cover ``[lo, hi)`` since ``2P >
+    m``.
     """
     m = hi - lo
-    plan = [((m >= p) & (m < 2 * p), [lo, hi - p], p) for p in vectors]
-    plan += [((m >= p) & (m < 2 * p), [lo + xp.minimum(i, m - 1) for i in range(2 * p - 1)], 1) for p in scalars]
-    return plan
+    return [((m >= p) & (m < 2 * p), [lo, hi - p], p) for p in vectors]
+
+
+def staged_load(first_token, n_tokens: int, xp=jnp):
+    """Where a short window's one vector load of ``VEC`` tokens starts: ``(s, d)``, needs ``N >= VEC``.
+
+    ``first_token = base + lo``, the window's first token, with ``m < VEC``
+    tokens from it inside ``[0, N)``. ``s = min(first_token, N - VEC)``: the
+    load ``[s, s + VEC)`` lies in ``[0, N)``, and the window's tokens are its
+    elements ``d, ..., d + m - 1`` with ``d = first_token - s``, ``d + m <=
+    VEC``. Stored to ``stage[VEC - d : 2 * VEC - d]``, column ``lo + j`` lands at
+    ``stage[VEC + j]``.
+    """
+    start = xp.minimum(first_token, n_tokens - VEC)
+    return start, first_token - start
+
+
+def staged_batches(lo, hi):
+    """How many loop steps of ``STAGE_BATCH`` scalar stores a window shorter than ``VEC`` takes: ``cdiv(m, STAGE_BATCH)``."""
+    return (hi - lo + STAGE_BATCH - 1) // STAGE_BATCH
+
+
+def staged_columns(lo, hi, k, xp=jnp):
+    """Step ``k``'s columns, as offsets ``j`` from ``lo``: ``min(k * STAGE_BATCH + i, m - 1)``, ``i < STAGE_BATCH``.
+
+    Over the steps ``k < staged_batches``, every ``j < m`` appears, and no
+    ``j >= m``: the stores stay in the window, the last column repeated.
+    """
+    m = hi - lo
+    return [xp.minimum(k * STAGE_BATCH + i, m - 1) for i in range(STAGE_BATCH)]
 
 
 def _kernel(
-    lane, r, flat_ref, offsets_ref, rows_ref, pool_ref, *,
-    n_tokens: int, n_rows: int, width: int, tile: int, lanes: int, vectors, scalars, pin_layout: bool,
+    lane, r, flat_ref, offsets_ref, rows_ref, pool_ref, stage_ref, *,
+    n_tokens: int, n_rows: int, width: int, tile: int, lanes: int, vectors, on_gpu: bool,
 ):
-    """Program ``(lane, r)``: lane ``lane`` of request ``r`` (see the module docstring)."""
+    """Program ``(lane, r)``: lane ``lane`` of request ``r`` (see the module docstring).
+
+    ``stage_ref`` is ``2 * VEC`` int32 of shared memory (unused where ``N <
+    VEC``). ``on_gpu`` pins the register layout and places the barrier, which
+    the interpreter (sequential, no layouts) has no rules for.
+    """
     start = offsets_ref[r]
     end = offsets_ref[r + 1]
     row = rows_ref[r]
     base, lo, hi = written_columns(start, end, width, n_tokens, jnp)
     # Columns and tile offsets (< C + lanes * tile) in int32 unless the pool is too
-    # wide: fewer registers in the scalar path, whose count the whole kernel gets.
+    # wide: fewer registers.
     col = jnp.int64 if width + (lanes + 1) * max(tile, VEC) >= INT32_COLUMNS_BELOW else jnp.int32
     lane, lo, hi = lane.astype(col), lo.astype(col), hi.astype(col)
     live = (row >= 0) & (row < n_rows) & (hi > lo)
@@ -253,7 +293,7 @@ def _kernel(
         window has) keeps it. The interpreter has no layouts (and no rule for
         the cast): there it is left out.
         """
-        if not pin_layout:
+        if not on_gpu:
             return values
         return plgpu.layout_cast(values, plgpu.Layout.WG_STRIDED(values.shape, vec_size=1))
 
@@ -264,15 +304,26 @@ def _kernel(
             # Low 32 bits, two's complement: int64 -> int32 conversion truncates.
             pool_ref[row, pl.ds(s, size)] = v.astype(jnp.int32)
 
-    def scalar_copy(columns):
-        """``pool[row, j] = flat_in[base + j]`` for each column, loads one batch ahead of stores."""
-        batches = [columns[i : i + SCALAR_BATCH] for i in range(0, len(columns), SCALAR_BATCH)]
-        pending = []
-        for batch in [*batches, []]:
-            loaded = [(j, flat_ref[token(j)]) for j in batch]  # issued before the previous batch's stores
-            for j, v in pending:
-                pool_ref[row, j] = v.astype(jnp.int32)
-            pending = loaded
+    def staged_copy():
+        """A window shorter than ``VEC``: one vector load into ``stage_ref``, then scalar stores read from it."""
+        staged = n_tokens >= VEC
+        if staged:
+            load_start, d = staged_load(token(lo), n_tokens)
+            stage_ref[pl.ds(VEC - d, VEC)] = element_per_thread(flat_ref[pl.ds(load_start, VEC)]).astype(jnp.int32)
+            if on_gpu:
+                plgpu.commit_smem()  # a warpgroup barrier: every thread's part of the stage is written
+
+        def value(j):
+            return stage_ref[VEC + j] if staged else flat_ref[token(lo + j)].astype(jnp.int32)
+
+        def step(k, carry):
+            columns = staged_columns(lo, hi, k)
+            values = [value(j) for j in columns]  # all reads of the step before its stores
+            for j, v in zip(columns, values):
+                pool_ref[row, lo + j] = v
+            return carry
+
+        lax.fori_loop(0, staged_batches(lo, hi), step, 0)
 
     if tile:
         count = jnp.where(live, lane_tiles(lo, hi, lane, lanes, tile), 0)
@@ -283,14 +334,10 @@ def _kernel(
 
         lax.fori_loop(0, count, one_tile, 0)
 
-    first = lane == 0
-    for when, starts, size in short_copies(lo, hi, vectors, scalars):
-        @pl.when(live & first & when)
-        def _(starts=starts, size=size):
-            if size == 1:
-                scalar_copy(starts)
-            else:
-                vector_copy(starts, size)
+    first = live & (lane == 0)
+    for when, starts, size in short_copies(lo, hi, vectors):
+        pl.when(first & when)(functools.partial(vector_copy, starts, size))
+    pl.when(first & (hi - lo < VEC))(staged_copy)
 
 
 def compiler_params():
@@ -325,15 +372,19 @@ def entry(interpret: bool) -> str:
 def _call(flat_in, offsets, req_pool_indices, pool_out, *, interpret: bool, block: int | None, via: str):
     (n_tokens,), (bs,), (n_rows, width) = flat_in.shape, req_pool_indices.shape, pool_out.shape
     tile, lanes = launch_shape(bs, width, n_tokens, block)
-    vectors, scalars = copy_sizes(width, n_tokens, tile)
     kernel = functools.partial(
         _kernel, n_tokens=n_tokens, n_rows=n_rows, width=width, tile=tile, lanes=lanes,
-        vectors=vectors, scalars=scalars, pin_layout=not interpret and layout_pinnable(),
+        vectors=vector_sizes(tile), on_gpu=not interpret and layout_pinnable(),
     )
+
+    def staged(lane, r, *refs):
+        """The kernel with its short-window stage: ``run_scoped`` shared memory (Mosaic GPU's ``pl.kernel`` takes no scratch operands in JAX 0.11)."""
+        pl.run_scoped(lambda stage_ref: kernel(lane, r, *refs, stage_ref), plgpu.SMEM((2 * VEC,), jnp.int32))
+
     grid = (lanes, bs)
     if via == "kernel":
         def body(flat_ref, offsets_ref, rows_ref, pool_ref):
-            kernel(lax.axis_index(LANE_AXIS), lax.axis_index(REQUEST_AXIS), flat_ref, offsets_ref, rows_ref, pool_ref)
+            staged(lax.axis_index(LANE_AXIS), lax.axis_index(REQUEST_AXIS), flat_ref, offsets_ref, rows_ref, pool_ref)
 
         def write(pool_ref):  # pl.kernel aliases a ref operand in and out: the pool is written in place
             pl.kernel(
@@ -350,7 +401,7 @@ def _call(flat_in, offsets, req_pool_indices, pool_out, *, interpret: bool, bloc
 
     def body(flat_ref, offsets_ref, rows_ref, pool_in_ref, pool_ref):
         del pool_in_ref  # the same buffer as pool_ref (input_output_aliases)
-        kernel(pl.program_id(0), pl.program_id(1), flat_ref, offsets_ref, rows_ref, pool_ref)
+        staged(pl.program_id(0), pl.program_id(1), flat_ref, offsets_ref, rows_ref, pool_ref)
 
     gmem = pl.BlockSpec(memory_space=plgpu.GMEM)
     return pl.pallas_call(

@@ -4,7 +4,7 @@ The kernel body runs in the Pallas interpreter here (``interpret=True``), the
 same body the GPU compiles (the shared contract runs the real kernel where a
 Hopper-or-newer GPU is present; ``test_jax_mosaic_gpu.py`` has the GPU-only
 tests). Small ``block`` values (the tile cap) put several tiles, the
-short-window copies and the scalar copies into shapes the interpreter runs
+short-window copies and the staged copies into shapes the interpreter runs
 quickly, and the edge tests share one shape so they share one compile. The
 kernel is also lowered for CUDA through both launch entries (no GPU needed):
 Pallas's Mosaic GPU lowering rejects what Mosaic GPU cannot express, so a
@@ -90,12 +90,11 @@ def plan_copies(lo, hi, bs, width, n_tokens, block=None):
     """The copies one request's programs make for the window [lo, hi), from the kernel's own plan functions.
 
     ``(starts, widths, sizes, tile)``: every run of columns written (first
-    column and width) and the size of each copy (a scalar copy writes
-    ``2P - 1`` one-column runs). Every lane at once: ``lane_tiles`` and
-    ``tile_copy`` work elementwise on lane and tile numbers.
+    column and width) and the size of each copy (a window shorter than ``VEC``
+    is one staged copy of size 1: one-column runs). Every lane at once:
+    ``lane_tiles`` and ``tile_copy`` work elementwise on lane and tile numbers.
     """
     tile, lanes = mosaic.launch_shape(bs, width, n_tokens, block)
-    vectors, scalars = mosaic.copy_sizes(width, n_tokens, tile)
     starts, widths, sizes = [], [], []
     if tile:
         lane = np.arange(lanes)
@@ -107,12 +106,27 @@ def plan_copies(lo, hi, bs, width, n_tokens, block=None):
         starts.append(tile_starts)
         widths.append(np.full(k.shape, size))
         sizes += [size] * len(k)
-    for when, copy_starts, size in mosaic.short_copies(lo, hi, vectors, scalars, np):  # lane 0's
+    for when, copy_starts, size in mosaic.short_copies(lo, hi, mosaic.vector_sizes(tile), np):  # lane 0's
         if when:
             starts.append(np.asarray(copy_starts))
             widths.append(np.full(len(copy_starts), size))
             sizes.append(size)
+    if hi - lo < mosaic.VEC:  # lane 0's staged copy
+        columns = [np.asarray(mosaic.staged_columns(lo, hi, k, np)) for k in range(mosaic.staged_batches(lo, hi))]
+        starts.append(lo + np.concatenate(columns))
+        widths.append(np.ones(len(starts[-1]), np.int64))
+        sizes.append(1)
     return np.concatenate(starts), np.concatenate(widths), sizes, tile
+
+
+def test_staged_load_stays_in_flat_in_and_holds_the_window():
+    """A short window's one vector load lies in [0, N) and its tokens sit at d .. d + m - 1 of it."""
+    for n_tokens in (mosaic.VEC, mosaic.VEC + 1, 1000):
+        for m in range(1, mosaic.VEC):
+            for first in {0, 1, n_tokens - m, n_tokens - m - 1, (n_tokens - m) // 2} - {-1}:
+                start, d = mosaic.staged_load(np.int64(first), n_tokens, np)
+                assert 0 <= start and start + mosaic.VEC <= n_tokens, (n_tokens, m, first)
+                assert start + d == first and 0 <= d and d + m <= mosaic.VEC, (n_tokens, m, first)
 
 
 @pytest.mark.parametrize(
@@ -140,20 +154,22 @@ def test_copies_stay_inside_the_window_and_cover_it(bs, width, n_tokens, block):
                 assert sizes == [tile] * -(-m // tile), (m, lo, sizes)
             else:
                 assert len(sizes) == 1, (m, lo, sizes)
+            if m < mosaic.VEC:  # a staged copy stores each column once, the last one up to STAGE_BATCH times
+                assert len(starts) - m < mosaic.STAGE_BATCH, (m, lo, len(starts))
 
 
 def test_launch_shapes():
-    assert mosaic.launch_shape(8, 5, 1000) == (0, 1)  # every window is shorter than VEC: scalar copies only
+    assert mosaic.launch_shape(8, 5, 1000) == (0, 1)  # every window is shorter than VEC: staged copies only
     assert mosaic.launch_shape(8, 1000, 100) == (0, 1)
-    assert mosaic.launch_shape(8, 1000, 2**20) == (mosaic.SMALL_TILE, 2)  # windows up to SMALL_WINDOW: small tiles
-    assert mosaic.launch_shape(8, 2049, 2**20) == (2048, 2)  # the largest power of two within the longest window
-    assert mosaic.launch_shape(8, 8193, 2**20) == (mosaic.LARGE_TILE, 5)
-    assert mosaic.launch_shape(8, 3000, 1500) == (1024, 2)  # the tokens, not the width, bound the window
-    assert mosaic.launch_shape(8, 2**17, 300) == (256, 2)
+    assert mosaic.launch_shape(8, 1000, 2**20) == (512, 2)  # the tile cap, over the longest window
+    assert mosaic.launch_shape(8, 2049, 2**20) == (512, 5)
+    assert mosaic.launch_shape(8, 8193, 2**20) == (mosaic.TILE, 17)
+    assert mosaic.launch_shape(8, 3000, 1500, block=2048) == (1024, 2)  # the tokens, not the width, bound the window
+    assert mosaic.launch_shape(8, 2**17, 300) == (256, 2)  # the largest power of two within the longest window
     # Many requests: fewer lanes, each striding over several tiles (sglang's bench: 4096 x 512, 256 x 32768).
     assert mosaic.launch_shape(4096, 513, 2**21) == (512, 1)
-    assert mosaic.launch_shape(256, 32769, 2**23) == (mosaic.LARGE_TILE, 16)
-    assert mosaic.launch_shape(1024, 2049, 2**21) == (2048, 2)
+    assert mosaic.launch_shape(256, 32769, 2**23) == (mosaic.TILE, 16)
+    assert mosaic.launch_shape(1024, 2049, 2**21) == (512, 4)
     assert mosaic.launch_shape(1, 2**30, 2**30)[1] == mosaic.TARGET_PROGRAMS
     with pytest.raises(ValueError):
         mosaic.scatter(*[jnp.asarray(a) for a in large_batch(bs=2, width=3)], block=100)
@@ -210,7 +226,7 @@ def test_repeated_rows_never_undo_each_other():
     seed=st.integers(0, 2**16),
 )
 def test_random_windows_across_every_copy_size(lengths, start, rows, seed):
-    """Lengths around VEC, the tile (block 128) and the width: tiles, short vector copies and scalar copies."""
+    """Lengths around VEC, the tile (block 128) and the width: tiles, short vector copies and staged copies."""
     offsets = np.concatenate([[start], start + np.cumsum(lengths)])
     check(*edge_batch(offsets, rows[:BS], seed), block=128)
 
@@ -274,7 +290,7 @@ ENTRIES = ["kernel"] + (["pallas_call"] if tuple(map(int, jax.__version__.split(
      (3000, 70_000, 70_001, 3, None), (1200, 4, 4, 7 * 128 + 3, 128), (5000, 3, 2, 2**31 + 5, None)],
 )
 def test_lowers_for_cuda(monkeypatch, entry, n_tokens, bs, n_rows, width, block):
-    """Pallas's Mosaic GPU lowering accepts every code path (tiles, short copies, scalars, strides, big grids)."""
+    """Pallas's Mosaic GPU lowering accepts every code path (tiles, short copies, staged copies, strides, big grids)."""
     monkeypatch.setattr(mosaic, "ENTRY", entry)
     if block == 128:
         monkeypatch.setattr(mosaic, "TARGET_PROGRAMS", 4)  # lanes striding over several tiles

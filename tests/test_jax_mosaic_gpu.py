@@ -33,9 +33,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU is None or REASON is not N
 if REASON is None:
     from kv_canary_jax import pallas_mosaic_gpu as mosaic
 
-    TILE = mosaic.LARGE_TILE
+    TILE = mosaic.TILE
 else:  # pragma: no cover
-    mosaic, TILE = None, 2048
+    mosaic, TILE = None, 512
 
 # The deprecated pallas_call entry lowers for Mosaic GPU on JAX 0.10 only: on
 # 0.11.2 (H200, 2026-11-30) its lowering rule is gone (AssertionError in
@@ -116,7 +116,7 @@ def test_large_batches(bs, width):
 
 
 def test_every_window_length_around_the_copy_sizes():
-    """One request per length 0 .. 2 * LARGE_TILE + 3 on a pool exactly that wide: tiles, short copies, scalars."""
+    """One request per length 0 .. 2 * TILE + 3 on a pool exactly that wide: tiles, short copies, staged copies."""
     width = 2 * TILE + 3
     lengths = np.arange(width + 1)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
