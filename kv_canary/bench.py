@@ -162,18 +162,24 @@ def bench_torch(inputs, expected, measures: dict):
     measures["host_checks_us"] = (time.perf_counter() - start) / HOST_CALLS * 1e6
 
 
-def _host_us(fn) -> float:
-    """Host microseconds per call of ``fn`` over ``HOST_CALLS`` calls with no synchronization."""
+def _host_us(fn, rounds: int = 5) -> float:
+    """Host microseconds per call of ``fn``: the median over ``rounds`` rounds of ``HOST_CALLS`` calls with no synchronization.
+
+    The median of rounds, so that one stall of the host (another process, a
+    page fault) does not move the figure.
+    """
     import torch
 
     fn()
     torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(HOST_CALLS):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / HOST_CALLS * 1e6
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(HOST_CALLS):
+            fn()
+        samples.append((time.perf_counter() - start) / HOST_CALLS * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(samples)
 
 
 def _wall(fn, args, calls: int, rounds: int = 5) -> float:
