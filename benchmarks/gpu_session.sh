@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: GPU tests, the memory checker, the conformance matrix, then timings. Logs land in $OUT.
-#   bash benchmarks/gpu_session.sh [all|gpu|tests|memcheck|check|tune|bench|mosaic] [limit seconds]
+#   bash benchmarks/gpu_session.sh [all|final|gpu|tests|memcheck|check|tune|bench|mosaic|kernels|host] [limit seconds]
 # `all` runs gpu (the GPU tests), memcheck, check and mosaic in that order (about 5 minutes on one H200);
+# `final` runs gpu, memcheck, check, bench and kernels (about 8 minutes: what a closing note quotes);
 # `tests` is the whole suite, CPU tests included.
 set -u
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -24,13 +25,20 @@ run() {
     memcheck) step "${2:-540}" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 XLA_PYTHON_CLIENT_ALLOCATOR=platform \
       /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 \
       python3 benchmarks/memcheck_corpus.py ${MEMCHECK_ARGS:-} ;;
-    # Mosaic GPU against the Triton-lowered kernel, with ptxas' register counts per variant.
-    mosaic) step "${2:-120}" env MOSAIC_GPU_DUMP_PTXAS=1 python3 benchmarks/jax_kernel_times.py --no-profile --mark \
-      --case 256x2048 --case 1024x2048 --case 64x8192 ;;
+    # Mosaic GPU: ptxas' register counts per variant, the per-call floor of each lowering (with the host's
+    # profiler events), and the chained figures of a few cases against the Triton-lowered kernel.
+    mosaic) step 120 python3 benchmarks/mosaic_registers.py
+      step 120 python3 benchmarks/mosaic_launch_floor.py --one
+      step "${2:-150}" python3 benchmarks/jax_kernel_times.py --no-profile --case 256x2048 --case 1024x2048 --case 4096x512 ;;
+    # Every bench case, both JAX kernels: the chained figure beside the kernel's own duration from a profiler trace.
+    kernels) step "${2:-240}" python3 benchmarks/jax_kernel_times.py ;;
+    host) step "${2:-60}" python3 benchmarks/host_overhead.py ;;
   esac
 }
 if [ "${1:-all}" = all ]; then
   for s in gpu memcheck check mosaic; do run "$s"; done
+elif [ "$1" = final ]; then  # limits that keep the whole under the device's 10 minutes a command
+  run gpu 150; run memcheck 90; run check 60; run bench 240; run kernels 200
 else
   run "$1" "${2:-}"
 fi

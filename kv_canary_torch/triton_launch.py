@@ -28,7 +28,6 @@ from typing import NamedTuple
 
 import torch
 
-from kv_canary_torch import driver_launch
 from shared_spec.reference import longest_window
 
 # Launch shapes, from benchmarks/tune_triton.py on the H200 (interleaved
@@ -81,7 +80,7 @@ def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch
     compiled = _fast.compiled.get(plan.variant)
     if compiled is not None:
         pointers = (flat_in.data_ptr(), offsets.data_ptr(), req_pool_indices.data_ptr(), pool_out.data_ptr())
-        if _fast.launch(compiled, plan, pointers, device, key):
+        if _fast.launch(compiled, plan, pointers, device):
             return
     module = _module or kernel_module()
     args = (flat_in, offsets, req_pool_indices, pool_out, *plan.ints)
@@ -129,7 +128,6 @@ def _plan(key: tuple) -> _Plan:
         plan = _Plan((bs, lanes), ints, shape, wide, (block, wide, stream), (device, shape, wide), max(ints) < 2**31)
     if len(_plans) >= PLAN_CACHE:
         _plans.clear()
-        _fast.drivers.clear()
     _plans[key] = plan
     return plan
 
@@ -141,10 +139,7 @@ class _FastLaunch:
     and looks up its cache on every call: about 17 us of host time per launch on
     the H200 machine, more than the kernel itself at every size up to millions
     of tokens. Here the key is known in advance for the common case and the
-    kernel is launched directly: by one CUDA driver call with a parameter buffer
-    prepared per shape (``driver_launch``: the leanest path), or, where that
-    path is not available, by the compiled kernel's own launcher
-    (``CompiledKernel.run``).
+    compiled kernel's own launcher is called directly.
 
     Why that is exact: the kernel specializes nothing on its integer arguments
     but their width (``do_not_specialize`` covers them all; an int is passed as
@@ -158,8 +153,6 @@ class _FastLaunch:
 
     def __init__(self):
         self.compiled: dict[tuple, object] = {}
-        # Shape key (as in _plans) -> driver_launch.DriverLaunch, or None where that path cannot launch it.
-        self.drivers: dict[tuple, object] = {}
         self.disabled = False
 
     def remember(self, compiled, plan: _Plan, pointers) -> None:
@@ -167,37 +160,25 @@ class _FastLaunch:
         if compiled is not None and not self.disabled and plan.small_ints and aligned and _hooks_idle():
             self.compiled[plan.variant] = compiled
 
-    def launch(self, compiled, plan: _Plan, pointers, device: int, key: tuple) -> bool:
-        """Launch and return True, or return False for the generic path to launch.
-
-        ``key`` is the shape key of ``_plans``: the driver path's parameter
-        buffer is prepared for it at its first fast launch.
-        """
+    def launch(self, compiled, plan: _Plan, pointers, device: int) -> bool:
+        """Launch and return True, or return False for the generic path to launch."""
         if (pointers[0] | pointers[1] | pointers[2] | pointers[3]) & 15 or not plan.small_ints or not _hooks_idle():
             return False
         if _several_devices() and device != torch.cuda.current_device():
             return False
-        stream = _raw_stream(device)
-        driver = self.drivers.get(key, _UNPREPARED)
-        if driver is _UNPREPARED:
-            driver = self.drivers[key] = driver_launch.prepare(compiled, plan.grid, plan.ints)
-        if driver is not None and driver.launch(pointers, stream):
-            return True
         grid0, grid1 = plan.grid
         try:
             compiled.run(
-                grid0, grid1, 1, stream, compiled.function, compiled.packed_metadata,
+                grid0, grid1, 1, _raw_stream(device), compiled.function, compiled.packed_metadata,
                 None, None, None, *pointers, *plan.ints, *plan.constexprs,
             )
         except (TypeError, AttributeError):  # a Triton whose launcher differs: never try again
             self.disabled = True
             self.compiled.clear()
-            self.drivers.clear()
             return False
         return True
 
 
-_UNPREPARED = object()  # no driver launch prepared yet for a shape key (None: the path cannot launch it)
 _runtime_knobs = None  # triton.knobs.runtime (Triton >= 3.4), looked up once
 
 
