@@ -86,10 +86,11 @@ cdiv(TARGET_PROGRAMS, bs))``. Pallas's Mosaic GPU lowering reverses the grid
 for CUDA, so requests run along CUDA's x axis (up to ``2**31 - 1``) and lanes
 along y (at most ``TARGET_PROGRAMS``, below y's 65535). Like the Triton
 kernels, a pool far wider than the batch's tokens launches programs for the
-tokens (``min(C, N)``), not for the width. No TMA: a program is three scalar loads, then per tile its loads, then its
-stores; the parallelism is across programs. The only shared memory is the
-``2 * VEC``-cell ``stage`` of the short-window path, and its barrier the only
-one. How the GPU launches it is
+tokens (``min(C, N)``), not for the width. No TMA: a program is three
+scalar loads, then per tile its loads, then its stores; the parallelism is
+across programs. The only shared memory is the ``2 * VEC``-cell ``stage`` of
+the short-window path (``pl.run_scoped``: JAX 0.11's ``pl.kernel`` takes no
+scratch operands), and its barrier the only one. How the GPU launches it is
 ``ENTRY``: ``pl.kernel`` over a ``plgpu.Mesh`` with the pool handed in as a ref
 (``pl.run_state``), or the deprecated ``pl.pallas_call`` with
 ``input_output_aliases``; both alias the pool in place and run ``_kernel``.
@@ -118,7 +119,7 @@ from shared_spec.reference import longest_window, written_columns
 # The threads of one warpgroup, which executes a Mosaic GPU kernel in the Lane
 # semantics: the smallest register array a warpgroup loads or stores is one
 # element per thread, so vector copies come in multiples of this and shorter
-# windows use scalar copies.
+# windows are staged in shared memory and stored column by column.
 VEC = 128
 # The tile (columns one program copies on a long window) is the largest power
 # of two <= min(TILE, C, N), the cap by the longest window min(C, N): 4 int64
@@ -263,14 +264,16 @@ def staged_columns(lo, hi, k, xp=jnp):
 
 def _kernel(
     lane, r, flat_ref, offsets_ref, rows_ref, pool_ref, stage_ref, *,
-    n_tokens: int, n_rows: int, width: int, tile: int, lanes: int, vectors, on_gpu: bool,
+    n_tokens: int, n_rows: int, width: int, tile: int, lanes: int, vectors, interpret: bool,
 ):
     """Program ``(lane, r)``: lane ``lane`` of request ``r`` (see the module docstring).
 
     ``stage_ref`` is ``2 * VEC`` int32 of shared memory (unused where ``N <
-    VEC``). ``on_gpu`` pins the register layout and places the barrier, which
-    the interpreter (sequential, no layouts) has no rules for.
+    VEC``). Compiled (not ``interpret``), the kernel places the stage's barrier
+    and pins the register layout where this JAX can; the interpreter
+    (sequential, no layouts) has rules for neither.
     """
+    pin_layout = not interpret and layout_pinnable()
     start = offsets_ref[r]
     end = offsets_ref[r + 1]
     row = rows_ref[r]
@@ -293,7 +296,7 @@ def _kernel(
         window has) keeps it. The interpreter has no layouts (and no rule for
         the cast): there it is left out.
         """
-        if not on_gpu:
+        if not pin_layout:
             return values
         return plgpu.layout_cast(values, plgpu.Layout.WG_STRIDED(values.shape, vec_size=1))
 
@@ -310,7 +313,7 @@ def _kernel(
         if staged:
             load_start, d = staged_load(token(lo), n_tokens)
             stage_ref[pl.ds(VEC - d, VEC)] = element_per_thread(flat_ref[pl.ds(load_start, VEC)]).astype(jnp.int32)
-            if on_gpu:
+            if not interpret:
                 plgpu.commit_smem()  # a warpgroup barrier: every thread's part of the stage is written
 
         def value(j):
@@ -343,8 +346,11 @@ def _kernel(
 def compiler_params():
     """Mosaic GPU's parameters: without the barriers it puts around every store, where the JAX has the switch.
 
-    The barriers order shared-memory accesses between threads; this kernel
-    uses no shared memory, so they would only stall every store.
+    The barriers order shared-memory accesses between threads, and Pallas
+    puts one before and after every store, global ones included, where they
+    would only stall. The kernel's one shared-memory exchange (the short-window
+    stage: every thread writes its part, then all read any cell) has its own
+    barrier (``plgpu.commit_smem``), which it places with or without this switch.
     """
     fields = {f.name for f in dataclasses.fields(plgpu.CompilerParams)}
     if "unsafe_no_auto_barriers" in fields:
@@ -374,11 +380,11 @@ def _call(flat_in, offsets, req_pool_indices, pool_out, *, interpret: bool, bloc
     tile, lanes = launch_shape(bs, width, n_tokens, block)
     kernel = functools.partial(
         _kernel, n_tokens=n_tokens, n_rows=n_rows, width=width, tile=tile, lanes=lanes,
-        vectors=vector_sizes(tile), on_gpu=not interpret and layout_pinnable(),
+        vectors=vector_sizes(tile), interpret=interpret,
     )
 
     def staged(lane, r, *refs):
-        """The kernel with its short-window stage: ``run_scoped`` shared memory (Mosaic GPU's ``pl.kernel`` takes no scratch operands in JAX 0.11)."""
+        """The kernel with its short-window stage in ``run_scoped`` shared memory (see the module docstring)."""
         pl.run_scoped(lambda stage_ref: kernel(lane, r, *refs, stage_ref), plgpu.SMEM((2 * VEC,), jnp.int32))
 
     grid = (lanes, bs)
@@ -399,13 +405,13 @@ def _call(flat_in, offsets, req_pool_indices, pool_out, *, interpret: bool, bloc
         # jax.new_ref inside custom_vmap cannot be discharged when lowering).
         return pl.run_state(write)(pool_out)
 
-    def body(flat_ref, offsets_ref, rows_ref, pool_in_ref, pool_ref):
+    def call_body(flat_ref, offsets_ref, rows_ref, pool_in_ref, pool_ref):
         del pool_in_ref  # the same buffer as pool_ref (input_output_aliases)
         staged(pl.program_id(0), pl.program_id(1), flat_ref, offsets_ref, rows_ref, pool_ref)
 
     gmem = pl.BlockSpec(memory_space=plgpu.GMEM)
     return pl.pallas_call(
-        body,
+        call_body,
         out_shape=jax.ShapeDtypeStruct(pool_out.shape, pool_out.dtype),
         grid=grid,
         in_specs=[gmem] * 4,
