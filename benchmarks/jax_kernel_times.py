@@ -9,7 +9,8 @@ kernel itself and the median gap between consecutive kernels of the chain
 (what XLA's launch path adds). The chained figure is what the issue's bar uses;
 the kernel duration tells whether a gap is the kernel's or the launch path's.
 ``--block`` adds Mosaic GPU variants with that tile cap (``scatter(...,
-block=)``), ``--stage-batch`` variants with that ``STAGE_BATCH`` (each tile cap).
+block=)``), ``--stage-batch`` and ``--target-programs`` variants with that
+module constant (each tile cap).
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ def main(argv=None) -> None:
     ap.add_argument("--block", action="append", type=int, default=[])
     ap.add_argument("--stage-batch", action="append", type=int, default=[],
                     help="Mosaic GPU variants with this many stores per step of the short-window path (STAGE_BATCH)")
+    ap.add_argument("--target-programs", action="append", type=int, default=[],
+                    help="Mosaic GPU variants with this TARGET_PROGRAMS (the lanes per request follow from it)")
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--events", action="store_true", help="print the event sequence around the first chain")
     ap.add_argument("--mark", action="store_true", help="print a line before each variant compiles (to attribute compiler dumps)")
@@ -99,10 +102,12 @@ def main(argv=None) -> None:
     from shared_spec.reference import scatter_reference
 
     impls = args.impl or ["pallas", "mosaic"]
-    variants = [(i, None, None) for i in impls]
-    variants += [("mosaic", b, sb) for sb in args.stage_batch or [None] for b in args.block]
-    variants += [("mosaic", None, sb) for sb in args.stage_batch]
-    default_stage_batch = pallas_mosaic_gpu.STAGE_BATCH
+    # (implementation, tile cap, {module constant: value}): constants of pallas_mosaic_gpu read when the kernel is traced.
+    overrides = [{"STAGE_BATCH": v} for v in args.stage_batch] + [{"TARGET_PROGRAMS": v} for v in args.target_programs]
+    variants = [(i, None, {}) for i in impls]
+    variants += [("mosaic", b, o) for o in overrides or [{}] for b in args.block]
+    variants += [("mosaic", None, o) for o in overrides]
+    defaults = {name: getattr(pallas_mosaic_gpu, name) for name in ("STAGE_BATCH", "TARGET_PROGRAMS")}
     print(f"jax {jax.__version__} {jax.devices()[0].device_kind}", flush=True)
     for case in args.case or DEFAULT_CASES:
         bs, seq, ragged, aligned = parse_case(case)
@@ -110,10 +115,11 @@ def main(argv=None) -> None:
         expected = scatter_reference(*inputs)
         flat_in, offsets, rows = (jax.device_put(x) for x in inputs[:3])
         line = [f"{case:>10s} tok={inputs[0].shape[0]:>8d}"]
-        for impl, block, stage_batch in variants:
-            pallas_mosaic_gpu.STAGE_BATCH = stage_batch or default_stage_batch  # read when the kernel is traced
+        for impl, block, override in variants:
+            for name, value in {**defaults, **override}.items():
+                setattr(pallas_mosaic_gpu, name, value)
 
-            def apply(f, o, r, p, impl=impl, block=block, direct=block is not None or stage_batch is not None):
+            def apply(f, o, r, p, impl=impl, block=block, direct=block is not None or bool(override)):
                 if not direct:  # the library's entry (its jitted inner function is traced once per shape)
                     return scatter_req_token_ids(f, o, r, p, implementation=impl)
                 return pallas_mosaic_gpu.scatter(f, o, r, p, block=block)
@@ -122,7 +128,7 @@ def main(argv=None) -> None:
                 print(f"# compiling {case} {impl} block={block}", flush=True)
             per, fns = jax_chained(apply, (flat_in, offsets, rows), inputs[3], expected, f"{case} {impl} block={block}")
             chained_us = per * 1e6
-            name = impl + ("" if block is None else f"/{block}") + ("" if stage_batch is None else f"/sb{stage_batch}")
+            name = impl + ("" if block is None else f"/{block}") + "".join(f"/{k.lower()}={v}" for k, v in override.items())
             cell = f"{name}: chain {chained_us:6.2f}"
             if not args.no_profile:
                 with tempfile.TemporaryDirectory() as d:
