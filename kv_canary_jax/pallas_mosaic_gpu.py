@@ -159,9 +159,10 @@ TARGET_PROGRAMS = 4096
 # each: a batch of equal windows gets a lane per tile, a ragged one fewer
 # lanes that find nothing to copy (each still loads its request's three
 # scalars and holds a slot of an SM), and one long window among many short
-# ones is still spread. Measured on the H200 (kernel durations, us, pallas /
-# mosaic): ragged 256 x 8192 3.46 / 4.00 with a lane per tile of the longest
-# window, 3.52 with half of them; ragged 64 x 32768 3.55 / 3.81, 3.42.
+# ones is still spread. Measured on the H200 (profiler kernel durations, us,
+# pallas / mosaic): ragged 256 x 8192 3.46 / 4.00 with a lane per tile of the
+# longest window (16 lanes), 3.39 / 3.49 with this rule (9); ragged 64 x 32768
+# 3.55 / 3.81 (64 lanes), 3.39 / 3.46 (33); the uniform batches' lanes are unchanged.
 LONGEST_TILES_PER_LANE = 4
 # How the GPU launches the kernel: "kernel" is ``pl.kernel`` over a
 # ``plgpu.Mesh`` with the pool as a ref (``pl.run_state``), which pl.kernel
