@@ -37,11 +37,22 @@ DEFAULT_CASES = (
 )
 
 
+def load_trace(trace_dir: str):
+    """The profiler's trace under ``trace_dir`` as JSON (``*.trace.json.gz`` first, else perfetto's), or None."""
+    paths = glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True)
+    paths += glob.glob(os.path.join(trace_dir, "**", "perfetto_trace.json.gz"), recursive=True)
+    if not paths:
+        print("  no trace file under", trace_dir, os.listdir(trace_dir))
+        return None
+    with gzip.open(paths[0], "rt") as f:
+        return json.load(f)
+
+
 def print_sequence(trace_dir: str, marker: str, limit: int = 40) -> None:
     """Print the events (process, thread, name, start, duration) around the first chain: what else runs beside the kernel."""
-    paths = glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True)
-    with gzip.open(paths[0], "rt") as f:
-        data = json.load(f)
+    data = load_trace(trace_dir)
+    if data is None:
+        return
     names = {}
     for e in data["traceEvents"]:
         if e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name"):
@@ -61,23 +72,19 @@ def kernel_events(trace_dir: str, marker: str) -> list[tuple[float, float]]:
 
     When none matches, the most frequent event names are printed (kernel names
     differ between JAX versions and lowerings)."""
-    paths = glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True)
-    paths += glob.glob(os.path.join(trace_dir, "**", "perfetto_trace.json.gz"), recursive=True)
+    data = load_trace(trace_dir)
+    if data is None:
+        return []
     events = []
-    for path in paths[:1]:
-        with gzip.open(path, "rt") as f:
-            data = json.load(f)
-        for e in data.get("traceEvents", data if isinstance(data, list) else []):
-            if e.get("ph") == "X" and marker in e.get("name", "") and "dur" in e:
-                events.append((float(e["ts"]), float(e["dur"])))
-        if not events:
-            names = {}
-            for e in data.get("traceEvents", []):
-                if e.get("ph") == "X":
-                    names[e.get("name", "")] = names.get(e.get("name", ""), 0) + 1
-            print("  no kernel named", marker, "; frequent events:", sorted(names.items(), key=lambda x: -x[1])[:12])
-    if not paths:
-        print("  no trace file under", trace_dir, os.listdir(trace_dir))
+    for e in data.get("traceEvents", data if isinstance(data, list) else []):
+        if e.get("ph") == "X" and marker in e.get("name", "") and "dur" in e:
+            events.append((float(e["ts"]), float(e["dur"])))
+    if not events:
+        names = {}
+        for e in data.get("traceEvents", []):
+            if e.get("ph") == "X":
+                names[e.get("name", "")] = names.get(e.get("name", ""), 0) + 1
+        print("  no kernel named", marker, "; frequent events:", sorted(names.items(), key=lambda x: -x[1])[:12])
     return sorted(events)
 
 
@@ -107,7 +114,7 @@ def main(argv=None) -> None:
     variants = [(i, None, {}) for i in impls]
     variants += [("mosaic", b, o) for o in overrides or [{}] for b in args.block]
     variants += [("mosaic", None, o) for o in overrides]
-    defaults = {name: getattr(pallas_mosaic_gpu, name) for name in ("STAGE_BATCH", "TARGET_PROGRAMS")}
+    defaults = {name: getattr(pallas_mosaic_gpu, name) for o in overrides for name in o}
     print(f"jax {jax.__version__} {jax.devices()[0].device_kind}", flush=True)
     for case in args.case or DEFAULT_CASES:
         bs, seq, ragged, aligned = parse_case(case)

@@ -16,7 +16,6 @@ XLA_FLAGS variant runs in its own process (XLA reads the flags once).
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import statistics
 import subprocess
@@ -34,20 +33,19 @@ PROFILE = ("mosaic 256x2048", "pallas 256x2048")
 
 def host_events(fn, args, pool, calls: int = 5, top: int = 25) -> list[str]:
     """The host-side events of ``calls`` calls of ``fn`` in a profiler trace: total and count per name, largest first."""
-    import gzip
-    import json
     import tempfile
 
     import jax
+    from jax_kernel_times import load_trace
 
     with tempfile.TemporaryDirectory() as d:
         with jax.profiler.trace(d):
             for _ in range(calls):
                 pool = fn(*args, pool)
             pool.block_until_ready()
-        paths = glob.glob(os.path.join(d, "**", "*.trace.json.gz"), recursive=True)
-        with gzip.open(paths[0], "rt") as f:
-            data = json.load(f)
+        data = load_trace(d)
+    if data is None:
+        return []
     gpu_pids = {e["pid"] for e in data["traceEvents"]
                 if e.get("ph") == "M" and e.get("name") == "process_name" and "/device:" in str(e["args"].get("name", ""))}
     totals: dict[str, list[float]] = {}
@@ -56,7 +54,8 @@ def host_events(fn, args, pool, calls: int = 5, top: int = 25) -> list[str]:
             t = totals.setdefault(e["name"][:70], [0.0, 0])
             t[0] += e["dur"]
             t[1] += 1
-    rows = sorted(totals.items(), key=lambda kv: -kv[1][0])[:top]
+    # Names starting with "$" are the profiler's own Python frames (starting and stopping the trace).
+    rows = sorted(((n, t) for n, t in totals.items() if not n.startswith("$")), key=lambda kv: -kv[1][0])[:top]
     return [f"    {name:70s} {total / calls:9.1f} us/call  x{count / calls:g}/call" for name, (total, count) in rows]
 
 

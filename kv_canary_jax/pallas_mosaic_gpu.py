@@ -197,10 +197,9 @@ def launch_shape(bs: int, width: int, n_tokens: int, block: int | None = None) -
     if not tile:
         return 0, 1
     bs = max(bs, 1)
-    tiles = -(-span // tile)
-    mean_tiles = -(-(-(-n_tokens // bs)) // tile)
-    wanted = max(mean_tiles, -(-tiles // LONGEST_TILES_PER_LANE))
-    return tile, max(1, min(tiles, -(-TARGET_PROGRAMS // bs), wanted))
+    tiles = pl.cdiv(span, tile)
+    wanted = max(pl.cdiv(pl.cdiv(n_tokens, bs), tile), pl.cdiv(tiles, LONGEST_TILES_PER_LANE))  # mean window, floor
+    return tile, max(1, min(tiles, pl.cdiv(TARGET_PROGRAMS, bs), wanted))
 
 
 def vector_sizes(tile: int) -> tuple[int, ...]:
