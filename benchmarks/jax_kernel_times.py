@@ -4,10 +4,11 @@
 
 For each case and implementation: the chained figure of ``kv-canary bench``
 (``CHAIN`` applications in one jit, minus one, over ``CHAIN - 1``) and, from a
-``jax.profiler`` trace of the chained function, the median duration of the
-kernel itself and the median gap between consecutive kernels of the chain
-(what XLA's launch path adds). The chained figure is what the issue's bar uses;
-the kernel duration tells whether a gap is the kernel's or the launch path's.
+``jax.profiler`` trace of the chained function, the device-clock figure of
+the bench (``kv_canary.device_trace.chained_device_us``), the median duration
+of the kernel itself and the median gap between consecutive kernels of the
+chain (what XLA's launch path adds on the device). The kernel duration tells
+whether a gap is the kernel's or the launch path's.
 ``--block`` adds Mosaic GPU variants with that tile cap (``scatter(...,
 block=)``), ``--stage-batch`` and ``--target-programs`` variants with that
 module constant (each tile cap).
@@ -16,12 +17,10 @@ module constant (each tile cap).
 from __future__ import annotations
 
 import argparse
-import glob
-import gzip
-import json
-import os
 import statistics
 import tempfile
+
+from kv_canary import device_trace
 
 
 def parse_case(text: str) -> tuple[int, int, bool, bool]:
@@ -37,20 +36,9 @@ DEFAULT_CASES = (
 )
 
 
-def load_trace(trace_dir: str):
-    """The profiler's trace under ``trace_dir`` as JSON (``*.trace.json.gz`` first, else perfetto's), or None."""
-    paths = glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True)
-    paths += glob.glob(os.path.join(trace_dir, "**", "perfetto_trace.json.gz"), recursive=True)
-    if not paths:
-        print("  no trace file under", trace_dir, os.listdir(trace_dir))
-        return None
-    with gzip.open(paths[0], "rt") as f:
-        return json.load(f)
-
-
 def print_sequence(trace_dir: str, marker: str, limit: int = 40) -> None:
     """Print the events (process, thread, name, start, duration) around the first chain: what else runs beside the kernel."""
-    data = load_trace(trace_dir)
+    data = device_trace.load_trace(trace_dir)
     if data is None:
         return
     names = {}
@@ -65,27 +53,6 @@ def print_sequence(trace_dir: str, marker: str, limit: int = 40) -> None:
     for e in [e for e in events if e["ts"] >= t0][:limit]:
         where = names.get(("process_name", e["pid"], None), e["pid"]), names.get(("thread_name", e["pid"], e.get("tid")), e.get("tid"))
         print(f"    {str(where)[:60]:60s} {e['name'][:70]:70s} t={e['ts'] - t0:9.2f} dur={e['dur']:8.2f}")
-
-
-def kernel_events(trace_dir: str, marker: str) -> list[tuple[float, float]]:
-    """(start us, duration us) of every event whose name contains ``marker``, from the profiler's trace.
-
-    When none matches, the most frequent event names are printed (kernel names
-    differ between JAX versions and lowerings)."""
-    data = load_trace(trace_dir)
-    if data is None:
-        return []
-    events = []
-    for e in data.get("traceEvents", data if isinstance(data, list) else []):
-        if e.get("ph") == "X" and marker in e.get("name", "") and "dur" in e:
-            events.append((float(e["ts"]), float(e["dur"])))
-    if not events:
-        names = {}
-        for e in data.get("traceEvents", []):
-            if e.get("ph") == "X":
-                names[e.get("name", "")] = names.get(e.get("name", ""), 0) + 1
-        print("  no kernel named", marker, "; frequent events:", sorted(names.items(), key=lambda x: -x[1])[:12])
-    return sorted(events)
 
 
 def main(argv=None) -> None:
@@ -104,7 +71,7 @@ def main(argv=None) -> None:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    from kv_canary.bench import CHAIN, jax_chained, make_inputs
+    from kv_canary.bench import CHAIN, KERNEL_MARKER, jax_chained, make_inputs
     from kv_canary_jax import pallas_mosaic_gpu, scatter_req_token_ids
     from shared_spec.reference import scatter_reference
 
@@ -144,15 +111,18 @@ def main(argv=None) -> None:
                         for _ in range(5):
                             pool = fns[CHAIN](flat_in, offsets, rows, pool)
                         pool.block_until_ready()
-                    events = kernel_events(d, "kv_canary")
+                    data = device_trace.load_trace(d)
+                    events = device_trace.kernel_events(data, KERNEL_MARKER) if data is not None else []
                     if args.events:
                         print(f"  {case} {impl} block={block}:")
-                        print_sequence(d, "kv_canary")
+                        print_sequence(d, KERNEL_MARKER)
                 if events:
                     durs = [d for _, d in events]
                     gaps = [b[0] - (a[0] + a[1]) for a, b in zip(events, events[1:])]
                     gaps = [g for g in gaps if g < 50]  # within one chain
-                    cell += f" kernel {statistics.median(durs):6.2f} gap {statistics.median(gaps) if gaps else float('nan'):5.2f} (n={len(events)})"
+                    device = device_trace.chained_device_us(events, CHAIN)
+                    cell += (f" device {device if device is not None else float('nan'):6.2f}"
+                             f" kernel {statistics.median(durs):6.2f} gap {statistics.median(gaps) if gaps else float('nan'):5.2f} (n={len(events)})")
                 else:
                     cell += " kernel ? (no events)"
             line.append(cell)

@@ -33,21 +33,12 @@ PROFILE = ("mosaic 256x2048", "pallas 256x2048")
 
 def host_events(fn, args, pool, calls: int = 5, top: int = 25) -> list[str]:
     """The host-side events of ``calls`` calls of ``fn`` in a profiler trace: total and count per name, largest first."""
-    import tempfile
+    from kv_canary import device_trace
 
-    import jax
-    from jax_kernel_times import load_trace
-
-    with tempfile.TemporaryDirectory() as d:
-        with jax.profiler.trace(d):
-            for _ in range(calls):
-                pool = fn(*args, pool)
-            pool.block_until_ready()
-        data = load_trace(d)
+    data = device_trace.trace_calls(fn, args, pool, calls)
     if data is None:
         return []
-    gpu_pids = {e["pid"] for e in data["traceEvents"]
-                if e.get("ph") == "M" and e.get("name") == "process_name" and "/device:" in str(e["args"].get("name", ""))}
+    gpu_pids = device_trace.device_pids(data)
     totals: dict[str, list[float]] = {}
     for e in data["traceEvents"]:
         if e.get("ph") == "X" and "dur" in e and e.get("pid") not in gpu_pids:

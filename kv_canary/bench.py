@@ -13,9 +13,18 @@ Methods (one GPU, nothing else running):
   synchronization (fewer than the launch queue holds, so none blocks), the
   median of 5 such rounds; beside it the argument checks alone and one eager
   torch op, timed the same way.
-- JAX device time: one jitted function that applies the op ``CHAIN`` times in
-  a row (unrolled, so no loop overhead), minus the same with one application,
-  divided by ``CHAIN - 1``; median over repeats.
+- JAX chained time: one jitted function that applies the op ``CHAIN`` times
+  in a row (unrolled, so no loop overhead), minus the same with one
+  application, divided by ``CHAIN - 1``; median over repeats. Host wall time:
+  it holds whatever the host does per application inside one call.
+- JAX device time (the Pallas kernels): the same ``CHAIN``-application
+  function under ``jax.profiler``, on the device clock: per call, the end of
+  the last kernel minus the end of the first, over ``CHAIN - 1``; median over
+  5 calls (``kv_canary.device_trace``). The two lowerings differ in host work
+  per kernel (XLA runs the Mosaic GPU custom call's prepare and initialize
+  stages on the host at every call, about 2 us per kernel on jax 0.11.2), so
+  this figure, not the chained one, compares their device time like for like;
+  'mosaic / pallas' is its ratio, 'mosaic / pallas chained' the wall one's.
 - JAX wall time: per call of a jitted, pool-donating function, median of 5
   rounds of back-to-back calls (``WALL_CALLS`` in all), next to the same for a
   jitted function that only returns the donated pool (the dispatch floor).
@@ -67,6 +76,10 @@ TPU_BYTES_PER_TOKEN = 20
 TPU_IMPLEMENTATIONS = ("mosaic_tpu", "xla")
 HOST_CALLS = 500
 CHAIN = 16
+# The JAX implementations that run one kernel per application, all named kv_canary_...
+# (the device-clock chained figure counts their kernels in a profiler trace).
+DEVICE_CLOCK_IMPLEMENTATIONS = ("pallas", "mosaic")
+KERNEL_MARKER = "kv_canary"
 WALL_CALLS = 200
 
 
@@ -246,6 +259,28 @@ def bench_jax(inputs, expected, measures: dict, implementations):
         )
         measures[f"jax_{impl}_us"] = per * 1e6
         measures[f"jax_{impl}_wall_us"] = _wall(fns[1], (flat_in, offsets, rows, jax.device_put(inputs[3])), WALL_CALLS) * 1e6
+        if impl in DEVICE_CLOCK_IMPLEMENTATIONS:
+            device_us = jax_device_chained_us(fns[CHAIN], (flat_in, offsets, rows), inputs[3])
+            if device_us is not None:
+                measures[f"jax_{impl}_device_us"] = device_us
+
+
+def jax_device_chained_us(fn, args, pool, calls: int = 5) -> float | None:
+    """Device microseconds per application of the ``CHAIN``-application jit ``fn``, on the device clock.
+
+    ``calls`` calls of ``fn`` under the profiler; from its kernel records, per
+    call the end of the last kernel minus the end of the first, over
+    ``CHAIN - 1`` (``device_trace.chained_device_us``); None when the trace
+    has no whole calls of ``CHAIN`` kernels.
+    """
+    import jax
+
+    from kv_canary import device_trace
+
+    data = device_trace.trace_calls(fn, args, jax.device_put(pool), calls)
+    if data is None:
+        return None
+    return device_trace.chained_device_us(device_trace.kernel_events(data, KERNEL_MARKER), CHAIN)
 
 
 def empty_kernel_us(torch, triton) -> float:
@@ -287,12 +322,16 @@ COLUMNS = (
     ("torch_triton_chained_us", "triton chained us"),
     ("sglang_b_us", "sglang B us (anchor)"),
     ("torch_torch_us", "torch-vec us"),
-    ("jax_pallas_us", "pallas us"),
-    ("jax_mosaic_us", "mosaic us"),
-    ("mosaic_over_pallas", "mosaic / pallas"),
-    ("mosaic_minus_pallas_us", "mosaic - pallas us"),
+    ("jax_pallas_device_us", "pallas device us"),
+    ("jax_mosaic_device_us", "mosaic device us"),
+    ("mosaic_over_pallas_device", "mosaic / pallas"),
+    ("mosaic_minus_pallas_device_us", "mosaic - pallas us"),
+    ("jax_pallas_us", "pallas chained us"),
+    ("jax_mosaic_us", "mosaic chained us"),
+    ("mosaic_over_pallas", "mosaic / pallas chained"),
     ("jax_xla_us", "XLA us"),
     ("jax_pallas_wall_us", "pallas wall us"),
+    ("jax_mosaic_wall_us", "mosaic wall us"),
     ("jax_dispatch_floor_wall_us", "jit floor wall us"),
     ("jax_xla_wall_us", "XLA wall us"),
     ("host_us", "host us/launch"),
@@ -310,10 +349,11 @@ def derived(measures: dict, empty_us: float) -> dict:
             out[key] = triton / measures[base]
     if triton:
         out["triton_over_empty_us"] = triton - empty_us
-    pallas, mosaic = measures.get("jax_pallas_us"), measures.get("jax_mosaic_us")
-    if pallas and mosaic:
-        out["mosaic_over_pallas"] = mosaic / pallas
-        out["mosaic_minus_pallas_us"] = mosaic - pallas
+    for suffix in ("", "_device"):
+        pallas, mosaic = measures.get(f"jax_pallas{suffix}_us"), measures.get(f"jax_mosaic{suffix}_us")
+        if pallas and mosaic:
+            out[f"mosaic_over_pallas{suffix}"] = mosaic / pallas
+            out[f"mosaic_minus_pallas{suffix}_us"] = mosaic - pallas
     return out
 
 
@@ -403,7 +443,9 @@ Regenerated by `kv-canary bench --write docs/performance.md` on a GPU machine; t
 12 bytes per token over the Triton kernel's time, against the copy bandwidth measured in the same run.
 'sglang B us' is the anchor figure of sglang's later kernel (measured separately, not in this run).
 Ratios are of this run's figures: 'triton / copy' and 'triton / baseline' over the same-bytes copy and the
-per-request-tile baseline, 'mosaic / pallas' of the chained JAX figures; 'width' is the pool's columns
+per-request-tile baseline; 'mosaic / pallas' of the two Pallas GPU kernels' device time per application
+in a chain of 16 (profiler kernel timestamps: the device clock), 'mosaic / pallas chained' of their host
+wall-clock chained figures, which also hold the host work XLA does per kernel; 'width' is the pool's columns
 (`seq + 1` as in sglang's benchmark, or `seq` for the two pools whose rows are a multiple of 128 wide).
 
 """
