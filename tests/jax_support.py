@@ -10,10 +10,21 @@ import numpy as np
 
 import pytest
 
+from kv_canary_jax import implementations
 from kv_canary_jax.api import scatter_req_token_ids
 from shared_spec import errors, scatter_reference
 from tests.contract import assert_same_pool
 from tests.strategies import large_batch, sentinel_pool
+
+
+def default_gpu_kernel(platform: str, interpret: bool) -> str:
+    """The kernel ``implementation=None`` picks on a CUDA GPU (or, interpreted, anywhere but a TPU), stated plainly.
+
+    Mosaic GPU when the default tries it and it runs there (a Hopper or newer
+    GPU, or the interpreter, with Mosaic GPU importable); else Pallas-Triton.
+    """
+    mosaic_runs = implementations.unavailable_reason(implementations.MOSAIC, platform, interpret) is None
+    return "mosaic" if implementations.MOSAIC_IN_DEFAULT and mosaic_runs else "pallas"
 
 
 def check_donation_writes_in_place(implementation: str, interpret: bool) -> None:

@@ -22,6 +22,7 @@ from kv_canary_jax.api import scatter_req_token_ids  # noqa: E402
 from shared_spec import errors, scatter_reference  # noqa: E402
 from shared_spec.cases import load_cases  # noqa: E402
 from tests.contract import assert_same_pool  # noqa: E402
+from tests.jax_support import default_gpu_kernel  # noqa: E402
 from tests.strategies import large_batch, sentinel_pool  # noqa: E402
 
 P = errors.PREFIX
@@ -145,14 +146,15 @@ def test_available_implementations():
 
 def test_plans():
     plan = implementations.plan
+    on_cuda, interpreted = default_gpu_kernel("cuda", False), default_gpu_kernel("cpu", True)
     assert plan(None, "cpu", False) == ((None, "xla"),)
-    assert plan(None, "cuda", False) == ((None, "pallas"),)
-    assert plan(None, "cpu", True) == ((None, "pallas"),)
+    assert plan(None, "cuda", False) == ((None, on_cuda),)
+    assert plan(None, "cpu", True) == ((None, interpreted),)
     assert plan("xla", "cuda", False) == ((None, "xla"),)
     assert plan(("pallas", "xla"), "cpu", False) == ((None, "xla"),)
     # Tracers carry no device: one choice per platform, picked when lowering.
     tpu = (("tpu", "mosaic_tpu"),) if implementations.MOSAIC_TPU_IN_DEFAULT else ()
-    assert plan(None, None, False) == (("cuda", "pallas"), *tpu, (None, "xla"))
+    assert plan(None, None, False) == (("cuda", on_cuda), *tpu, (None, "xla"))
     assert plan("xla", None, False) == ((None, "xla"),)
     assert plan("pallas", None, True) == ((None, "pallas"),)
 

@@ -11,6 +11,9 @@ ones this JAX supports.
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -185,3 +188,32 @@ def test_every_tile_cap_is_exact(block, seed):
     batch = large_batch(bs=50, width=int(np.random.default_rng(seed).integers(1, 3 * block)), seed=seed)
     out = jax.jit(functools.partial(mosaic.scatter, block=block))(*on_gpu(*batch))
     assert_same_pool(np.asarray(out), scatter_reference(*batch))
+
+
+@pytest.mark.skipif(not implementations.MOSAIC_IN_DEFAULT, reason="the default does not try Mosaic GPU")
+def test_the_default_on_hopper_is_mosaic_and_warns_of_nothing():
+    # A fresh process, every warning recorded: eager and jitted calls of the default
+    # must run the Mosaic GPU kernel and never touch Pallas' deprecated Triton lowering.
+    script = textwrap.dedent(
+        """
+        import sys, warnings
+        import numpy as np
+        import jax
+        jax.config.update("jax_enable_x64", True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            from kv_canary_jax import scatter_req_token_ids
+            args = (np.arange(4), np.array([0, 4]), np.array([1]), np.zeros((2, 4), np.int32))
+            eager = scatter_req_token_ids(*args)
+            jitted = jax.jit(scatter_req_token_ids)(*args)
+            hlo = jax.jit(scatter_req_token_ids).lower(*args).as_text()
+        deprecations = [f"{w.category.__name__}: {w.message}" for w in caught if issubclass(w.category, DeprecationWarning)]
+        assert not deprecations, deprecations
+        assert "jax.experimental.pallas.triton" not in sys.modules, "the Triton lowering was imported"
+        assert "mosaic_gpu" in hlo, hlo
+        print(np.asarray(eager).tolist(), np.asarray(jitted).tolist())
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.strip() == "[[0, 0, 0, 0], [0, 1, 2, 3]] [[0, 0, 0, 0], [0, 1, 2, 3]]"

@@ -32,6 +32,7 @@ from shared_spec.reference import written_columns  # noqa: E402
 from tests.contract import ScatterContract, assert_same_pool, assert_written_by_its_requests  # noqa: E402
 from tests.jax_support import (  # noqa: E402
     check_donation_writes_in_place, check_unavailable_falls_through, check_vmap_over_pools_and_over_batches,
+    default_gpu_kernel,
 )
 from tests.strategies import large_batch, sentinel_pool  # noqa: E402
 
@@ -323,8 +324,9 @@ def test_the_tpu_default_and_the_other_defaults():
     plan = implementations.plan
     on_tpu = "mosaic_tpu" if implementations.MOSAIC_TPU_IN_DEFAULT else "xla"
     assert plan(None, "tpu", False) == ((None, on_tpu),)
-    assert plan(None, "tpu", True) == ((None, "mosaic_tpu" if implementations.MOSAIC_TPU_IN_DEFAULT else "pallas"),)
-    assert plan(None, "cuda", False) == ((None, implementations.DEFAULT[0]),)  # unchanged elsewhere
+    interpreted = "mosaic_tpu" if implementations.MOSAIC_TPU_IN_DEFAULT else default_gpu_kernel("tpu", True)
+    assert plan(None, "tpu", True) == ((None, interpreted),)
+    assert plan(None, "cuda", False) == ((None, default_gpu_kernel("cuda", False)),)  # unchanged elsewhere
     assert plan(None, "cpu", False) == ((None, "xla"),)
     assert dict(plan(None, None, False)).get("tpu", "xla") == on_tpu  # traced: picked per platform when lowering
     assert plan("mosaic_tpu", "tpu", False) == ((None, "mosaic_tpu"),)

@@ -21,8 +21,14 @@ from tests.torch_support import device_for
 DEVICE = device_for("triton")
 
 
+def on_device(x):
+    """A copy of ``x`` on DEVICE: on the CPU ``from_numpy(x).to("cpu")`` would share ``x``'s memory, so the
+    reference, computed afterwards from ``x``, would start from the pool the kernel wrote and hide a stray write."""
+    return torch.from_numpy(x.copy()).to(DEVICE)
+
+
 def run_kernel(batch, shape, wide):
-    flat_in, offsets, rows, pool = (torch.from_numpy(x).to(DEVICE) for x in batch)
+    flat_in, offsets, rows, pool = (on_device(x) for x in batch)
     block, warps, target, stream = shape
     n_rows, width = pool.shape
     bs, n_tokens = rows.shape[0], flat_in.shape[0]
@@ -55,11 +61,11 @@ def test_long_rows_take_the_large_shape():
     offsets = np.array([3, width + 1, 2 * width - 5], dtype=np.int64)
     rows = np.array([2, 0], dtype=np.int64)
     pool = (rng.integers(-(2**31), 2**31, size=(3, width))).astype(np.int32)
-    got = torch.from_numpy(pool).to(DEVICE)
+    got = on_device(pool)
     from kv_canary_torch import launch_scatter_req_token_ids_kernel
 
     launch_scatter_req_token_ids_kernel(
-        flat_in=torch.from_numpy(flat_in).to(DEVICE), offsets=torch.from_numpy(offsets).to(DEVICE),
-        req_pool_indices=torch.from_numpy(rows).to(DEVICE), pool_out=got, backend="triton",
+        flat_in=on_device(flat_in), offsets=on_device(offsets), req_pool_indices=on_device(rows), pool_out=got,
+        backend="triton",
     )
     np.testing.assert_array_equal(got.cpu().numpy(), scatter_reference(flat_in, offsets, rows, pool))
