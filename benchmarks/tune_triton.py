@@ -1,18 +1,53 @@
-"""Tuning sweep for the Triton kernel's launch shape (GPU), against a same-run baseline.
+"""Tuning sweep for the Triton kernel (GPU): launch shapes and contiguous variants, against a same-run baseline.
 
-    python benchmarks/tune_triton.py
+    python benchmarks/tune_triton.py                  # one H200: about 2 minutes (--budget caps the sweep)
+    TRITON_INTERPRET=1 python benchmarks/tune_triton.py --check-only   # no GPU needed
 
-For each case of a subset of the benchmark grid, times every candidate
-(BLOCK, num_warps, TARGET_PROGRAMS, STREAM) and the per-request-tile baseline
-(kv_canary.baseline_kernels) with do_bench (median, L2 flushed), REPEATS rounds
-interleaved so that drift hits all alike, and reports each one's median of
-rounds as a ratio to the baseline. Every variant is checked against the
-reference once. SMALL and LARGE in kv_canary_torch/triton_launch.py come from here.
+Floor (first, short): for a few cases of at most 64K tokens, an empty kernel,
+``floor_kernel`` (the least any correct kernel does), the library kernel at
+the launcher's shape and the baseline, timed alike; printed with each one's
+excess over the empty kernel. It shows how far "at most 1 us above an empty
+kernel" is from what a kernel must do at all.
+
+Sweep: for each of CASES, every config of CONFIGS, the per-request-tile
+baseline (kv_canary.baseline_kernels) and a same-bytes copy (as ``kv-canary
+bench`` times it: one int32 copy of 6 bytes per token) are timed with
+``do_bench`` (median of one call, L2 flushed, warmup 10 ms, rep 40 ms),
+REPEATS rounds interleaved so that drift hits all alike; a figure is the
+median over rounds. Printed per case: each config's us and its ratios to the
+baseline and to the copy; at the end, per config, the worst and mean ratio to
+the baseline over the cases of at least 1M (2**20) tokens and over all cases.
+
+Every config (and the baseline, the floor kernel) is checked against
+``scatter_reference`` once per case before timing; one that fails or raises
+is reported, left out of that case's timing, and the exit status is 1.
+``--check-only`` runs all of it on tiny cases with a wall clock in place of
+``do_bench``: on a CPU through Triton's interpreter, to catch mistakes before
+GPU time is spent. The variants' correctness on adversarial inputs is
+tests/test_tune_triton_variants.py.
+
+Variants (all compute the library kernel's cells -- ``request_window`` gives
+``(row_ok, row, base, lo, hi)`` and a request writes exactly ``pool[row, j] =
+int32(flat_in[base + j])`` for ``lo <= j < hi``, reading only ``flat_in[0,
+N)``; all but ``library`` need ``flat_in`` and the pool's rows contiguous):
+
+- ``library``: the library kernel (any strides), lanes looping over tiles.
+- ``interior``: lanes loop over tiles aligned to BLOCK in the pool's flat
+  offsets; tiles inside the window unmasked (16-byte stores), edges masked.
+- ``tiled``: the same tiles, one program each (grid axis 1 = tile), no loop.
+- ``srcaligned``: lanes loop over tiles aligned to BLOCK in ``flat_in``'s
+  offsets; interior loads unmasked (16-byte int64 pairs), stores unaligned.
+- ``switch``: ``interior`` when the longest window has at least
+  SWITCH_COLUMNS columns, else the library kernel at the launcher's shape.
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
+import sys
+import time
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -25,21 +60,48 @@ from kv_canary_torch import triton_kernel as k
 from kv_canary_torch.triton_launch import launch_shape
 from shared_spec.reference import longest_window, scatter_reference
 
-# (bs, seq, ragged, aligned): pools seq + 1 wide as in sglang's benchmark; aligned ones seq wide.
-CASES = [(1, 128, False, False), (8, 8192, False, False), (64, 2048, False, False), (64, 8192, False, False),
-         (256, 2048, False, False), (256, 8192, False, False), (256, 32768, False, False),
-         (1024, 2048, False, False), (4096, 512, False, False), (256, 8192, True, False), (64, 32768, True, False),
-         (256, 32768, False, True), (4096, 4096, False, True)]
-# (BLOCK, num_warps, TARGET_PROGRAMS, STREAM), then the same with "interior" appended: the
-# experimental contiguous variant below.
-CONFIGS = [(256, 4, 4096, False), (1024, 4, 4096, False), (2048, 4, 4096, False), (4096, 8, 4096, False),
-           (1024, 4, 4096, False, "interior"), (2048, 4, 4096, False, "interior"), (4096, 8, 4096, False, "interior")]
+# (bs, seq, ragged, aligned): pools seq + 1 wide as in sglang's benchmark; aligned ones seq wide
+# (a multiple of 128). The cases of 1M tokens or more first: if the budget runs out, small ones go.
+CASES = [(256, 8192, False, False), (256, 32768, False, False), (1024, 2048, False, False),
+         (4096, 512, False, False), (256, 8192, True, False), (64, 32768, True, False),
+         (256, 32768, False, True), (4096, 4096, False, True),
+         (1, 128, False, False), (8, 8192, False, False), (64, 2048, False, False), (64, 8192, False, False),
+         (256, 2048, False, False)]
+FLOOR_CASES = [(1, 128, False, False), (8, 8192, False, False), (64, 512, False, False), (256, 128, False, False)]
+# --check-only: tiny, but with a window long enough for interior tiles at BLOCK 2048 (4501 columns).
+CHECK_CASES = [(1, 5, False, False), (3, 700, True, False), (1, 4500, False, False), (4, 256, False, True)]
+BIG = 2**20  # tokens: the cases the 10% target is about
 REPEATS = 5
+TARGET_PROGRAMS = 4096  # lanes = min(tiles of the longest window, cdiv(TARGET_PROGRAMS, bs)), as the launcher
+SWITCH_COLUMNS = 2048
 
 
-@triton.jit
+class Config(NamedTuple):
+    variant: str  # a key of VARIANTS
+    block: int
+    warps: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.variant} {self.block}/{self.warps}"
+
+
+CONFIGS = [
+    Config("library", 256, 4), Config("library", 1024, 4), Config("library", 2048, 4),
+    Config("interior", 1024, 4), Config("interior", 2048, 4),
+    Config("tiled", 1024, 4), Config("tiled", 2048, 4), Config("tiled", 2048, 8),
+    Config("srcaligned", 1024, 4), Config("srcaligned", 2048, 4), Config("srcaligned", 2048, 8),
+    Config("switch", 1024, 4),  # interior 1024/4 from SWITCH_COLUMNS on
+]
+
+# Integer arguments are not specialized (as in the library kernel): one compile
+# per config rather than one per case; no variant's code depends on them.
+INTS = ["n_tokens", "n_rows", "width", "stride_row"]
+
+
+@triton.jit(do_not_specialize=INTS)
 def interior_kernel(flat_in_ptr, offsets_ptr, rows_ptr, pool_ptr, n_tokens, n_rows, width, stride_row, BLOCK: tl.constexpr):
-    """An experiment: the library kernel's math for contiguous ``flat_in`` and pool rows, 16-byte stores inside windows.
+    """The library kernel's math for contiguous ``flat_in`` and pool rows, 16-byte stores inside windows.
 
     Tiles are aligned to ``BLOCK`` in the pool's element offsets (not in each
     row's columns), so a tile that lies wholly inside the request's window is
@@ -66,50 +128,360 @@ def interior_kernel(flat_in_ptr, offsets_ptr, rows_ptr, pool_ptr, n_tokens, n_ro
             tl.store(pool_ptr + row_off + cols, ids.to(tl.int32), mask=mask)
 
 
-def launch(inputs, pool, block, warps, target, stream, variant=None):
-    flat_in, offsets, rows, _ = inputs
-    bs, n_tokens = rows.shape[0], flat_in.shape[0]
-    n_rows, width = pool.shape
-    lanes = min(-(-longest_window(width, n_tokens) // block) + (variant == "interior"), -(-target // bs))
-    if variant == "interior":
-        assert pool.stride(1) == 1 and flat_in.stride(0) == 1
-        interior_kernel[(bs, lanes)](flat_in, offsets, rows, pool, n_tokens, n_rows, width, pool.stride(0),
-                                     BLOCK=block, num_warps=warps)
+@triton.jit
+def edge_mask(first, end, BLOCK: tl.constexpr):
+    """``first <= i < end`` for ``i`` in ``[0, BLOCK)``, on int32 lanes: the bounds are clipped to ``[0, BLOCK]`` first."""
+    offs = tl.arange(0, BLOCK)
+    return (offs >= tl.maximum(first, 0).to(tl.int32)) & (offs < tl.minimum(end, BLOCK).to(tl.int32))
+
+
+@triton.jit(do_not_specialize=INTS)
+def tiled_kernel(flat_in_ptr, offsets_ptr, rows_ptr, pool_ptr, n_tokens, n_rows, width, stride_row, BLOCK: tl.constexpr):
+    """One program per (request, aligned tile), no loop: ``interior``'s tiles on the baseline's grid.
+
+    With ``row_off = row * stride_row``, the tiles are ``BLOCK`` pool cells
+    aligned to ``BLOCK`` in the pool's flat element offsets; program ``(r, t)``
+    takes the ``t``-th from the one holding the window's first cell ``row_off +
+    lo``: cells ``cell + [0, BLOCK)``, columns ``col + [0, BLOCK)``, ``col = cell
+    - row_off``. A window of ``hi - lo <= longest_window`` columns meets at most
+    ``cdiv(longest_window, BLOCK) + 1`` aligned tiles: the grid's axis 1.
+
+    - tile inside ``[lo, hi)``: loaded and stored unmasked; it starts a multiple
+      of ``BLOCK`` cells into a 16-byte aligned pool, so stores are 16-byte vectors;
+    - tile meeting an edge (``col < hi``; ``col > lo - BLOCK`` holds for every
+      tile): masked to ``[lo, hi)``;
+    - tile past ``hi`` (also every tile of an empty window or a row outside the
+      pool, where ``hi = 0``): nothing.
+    """
+    request = tl.program_id(0).to(tl.int64)
+    row_ok, row, base, lo, hi = k.request_window(request, offsets_ptr, rows_ptr, n_tokens, n_rows, width, 1, 1)
+    row_off = tl.where(row_ok, row, 0) * stride_row
+    cell = tl.multiple_of(((row_off + lo) // BLOCK + tl.program_id(1)) * BLOCK, BLOCK)  # row_off + lo >= 0
+    col = cell - row_off
+    if (col >= lo) & (col + BLOCK <= hi):
+        ids = tl.load(flat_in_ptr + (base + col) + tl.arange(0, BLOCK))
+        tl.store(pool_ptr + cell + tl.arange(0, BLOCK), ids.to(tl.int32))
+    elif col < hi:
+        mask = edge_mask(lo - col, hi - col, BLOCK)
+        ids = tl.load(flat_in_ptr + (base + col) + tl.arange(0, BLOCK), mask=mask)
+        tl.store(pool_ptr + cell + tl.arange(0, BLOCK), ids.to(tl.int32), mask=mask)
+
+
+@triton.jit(do_not_specialize=INTS)
+def srcaligned_kernel(flat_in_ptr, offsets_ptr, rows_ptr, pool_ptr, n_tokens, n_rows, width, stride_row, BLOCK: tl.constexpr):
+    """``interior``'s lanes loop with tiles aligned to ``BLOCK`` in ``flat_in``'s element offsets: wide loads.
+
+    Column ``j`` reads token ``base + j``, so the window is the tokens ``[first,
+    last) = [base + lo, base + max(hi, lo))``, with ``0 <= first <= last <= N``
+    (``lo = max(-base, 0)``, ``hi <= N - base``). Tiles are the aligned runs
+    ``src + [0, BLOCK)``, ``src = t * BLOCK``, that meet it; lane ``p`` of ``P``
+    takes every ``P``-th from the first. A tile inside the window is loaded
+    unmasked -- int64 pairs, 16 bytes, as it starts a multiple of ``BLOCK``
+    tokens into a 16-byte aligned ``flat_in`` -- and stored unmasked at columns
+    ``src - base + [0, BLOCK)`` (no known alignment: 4-byte stores). Edge tiles
+    are masked to ``[first, last)``, i.e. columns ``[lo, hi)``.
+    """
+    request = tl.program_id(0).to(tl.int64)
+    lane = tl.program_id(1)
+    lanes = tl.num_programs(1)
+    row_ok, row, base, lo, hi = k.request_window(request, offsets_ptr, rows_ptr, n_tokens, n_rows, width, 1, 1)
+    first = base + lo
+    last = base + tl.maximum(hi, lo)  # an empty window stays empty, and every bound below is >= 0
+    pool_row = pool_ptr + tl.where(row_ok, row, 0) * stride_row
+    for t in range(first // BLOCK + lane, (last + BLOCK - 1) // BLOCK, lanes):
+        src = tl.multiple_of(t * BLOCK, BLOCK)
+        col = src - base  # the tile's first column (may lie before lo)
+        if (src >= first) & (src + BLOCK <= last):
+            ids = tl.load(flat_in_ptr + src + tl.arange(0, BLOCK))
+            tl.store(pool_row + col + tl.arange(0, BLOCK), ids.to(tl.int32))
+        else:
+            mask = edge_mask(first - src, last - src, BLOCK)
+            ids = tl.load(flat_in_ptr + src + tl.arange(0, BLOCK), mask=mask)
+            tl.store(pool_row + col + tl.arange(0, BLOCK), ids.to(tl.int32), mask=mask)
+
+
+@triton.jit(do_not_specialize=INTS)
+def floor_kernel(flat_in_ptr, offsets_ptr, rows_ptr, pool_ptr, n_tokens, n_rows, width, stride_row):
+    """The least any correct kernel does per request, with cold caches: its three scalars, then one token.
+
+    One program per request: ``request_window``'s three loads (offsets[r],
+    offsets[r + 1], rows[r]), then, where ``lo == 0 < hi``, ``pool[row, 0] =
+    int32(flat_in[base])``. Not a scatter, but it writes only what the spec
+    writes: ``lo == 0`` means ``0 <= start = base``, and ``hi > 0`` means the
+    row is in the pool, the segment non-empty and ``start < N``, so the spec's
+    column 0 of that row is ``flat_in[start]``. Every other cell is untouched.
+    """
+    request = tl.program_id(0).to(tl.int64)
+    row_ok, row, base, lo, hi = k.request_window(request, offsets_ptr, rows_ptr, n_tokens, n_rows, width, 1, 1)
+    if (lo == 0) & (hi > 0):
+        tl.store(pool_ptr + row * stride_row, tl.load(flat_in_ptr + base).to(tl.int32))
+
+
+@triton.jit
+def empty_kernel(x_ptr):
+    """Does nothing: do_bench's floor on this machine (as ``empty_kernel_us`` in kv_canary/bench.py)."""
+    pass
+
+
+# -- launchers: (flat_in, offsets, rows, pool, block, warps); nothing is launched when no cell can be written
+
+
+def _sizes(flat_in, rows, pool):
+    """``(bs, N, R, C)``, or None when no cell can be written (the launcher launches nothing then)."""
+    sizes = (rows.shape[0], flat_in.shape[0], *pool.shape)
+    return sizes if min(sizes) > 0 else None
+
+
+def _contiguous_sizes(flat_in, rows, pool):
+    sizes = _sizes(flat_in, rows, pool)
+    assert sizes is None or flat_in.stride(0) == 1 and pool.stride(1) == 1, "a contiguous-only variant"
+    return sizes
+
+
+def _lanes(bs, longest, block, extra=0):
+    """Lanes per request: the window's tiles (``extra`` more where tiles are not aligned to it), under TARGET_PROGRAMS."""
+    return min(triton.cdiv(longest, block) + extra, triton.cdiv(TARGET_PROGRAMS, bs))
+
+
+def launch_library(flat_in, offsets, rows, pool, block, warps):
+    """The library kernel at launch shape (block, warps), lanes as the launcher computes them."""
+    sizes = _sizes(flat_in, rows, pool)
+    if sizes is None:
         return
+    bs, n_tokens, n_rows, width = sizes
+    lanes = _lanes(bs, longest_window(width, n_tokens), block)
+    wide = width * max(pool.stride(1), flat_in.stride(0), 1) >= 2**31 or width + lanes * block >= 2**31
     k.scatter_req_token_ids_kernel[(bs, lanes)](
-        flat_in, offsets, rows, pool, n_tokens, n_rows, width, 1, 1, 1, pool.stride(0), pool.stride(1),
-        BLOCK=block, WIDE=False, STREAM=stream, num_warps=warps,
+        flat_in, offsets, rows, pool, n_tokens, n_rows, width, flat_in.stride(0), offsets.stride(0), rows.stride(0),
+        pool.stride(0), pool.stride(1), BLOCK=block, WIDE=wide, STREAM=False, num_warps=warps,
     )
 
 
-def main():
-    summary = {}
-    for case in CASES:
-        host = make_inputs(*case[:3], aligned=case[3])
-        expected = scatter_reference(*host)
-        inputs = tuple(torch.from_numpy(x).cuda() for x in host)
+def _launch_aligned_loop(kernel, flat_in, offsets, rows, pool, block, warps):
+    sizes = _contiguous_sizes(flat_in, rows, pool)
+    if sizes is None:
+        return
+    bs, n_tokens, n_rows, width = sizes
+    lanes = _lanes(bs, longest_window(width, n_tokens), block, extra=1)
+    kernel[(bs, lanes)](flat_in, offsets, rows, pool, n_tokens, n_rows, width, pool.stride(0),
+                        BLOCK=block, num_warps=warps)
+
+
+def launch_interior(flat_in, offsets, rows, pool, block, warps):
+    _launch_aligned_loop(interior_kernel, flat_in, offsets, rows, pool, block, warps)
+
+
+def launch_srcaligned(flat_in, offsets, rows, pool, block, warps):
+    _launch_aligned_loop(srcaligned_kernel, flat_in, offsets, rows, pool, block, warps)
+
+
+def launch_tiled(flat_in, offsets, rows, pool, block, warps):
+    sizes = _contiguous_sizes(flat_in, rows, pool)
+    if sizes is None:
+        return
+    bs, n_tokens, n_rows, width = sizes
+    tiles = triton.cdiv(longest_window(width, n_tokens), block) + 1  # alignment can add one
+    assert tiles < 2**16, "grid axis 1 stops at 65535"
+    tiled_kernel[(bs, tiles)](flat_in, offsets, rows, pool, n_tokens, n_rows, width, pool.stride(0),
+                              BLOCK=block, num_warps=warps)
+
+
+def launch_switch(flat_in, offsets, rows, pool, block, warps, columns=SWITCH_COLUMNS):
+    """``interior`` at (block, warps) when the longest window has ``columns`` columns or more, else the library kernel at the launcher's shape."""
+    if longest_window(pool.shape[1], flat_in.shape[0]) >= columns:
+        launch_interior(flat_in, offsets, rows, pool, block, warps)
+    else:
+        shape = launch_shape(rows.shape[0], pool.shape[1], flat_in.shape[0])
+        launch_library(flat_in, offsets, rows, pool, shape[0], shape[1])
+
+
+def launch_floor(flat_in, offsets, rows, pool):
+    sizes = _contiguous_sizes(flat_in, rows, pool)
+    if sizes is not None:
+        floor_kernel[(sizes[0],)](flat_in, offsets, rows, pool, *sizes[1:], pool.stride(0))
+
+
+VARIANTS = {
+    "library": launch_library, "interior": launch_interior, "tiled": launch_tiled,
+    "srcaligned": launch_srcaligned, "switch": launch_switch,
+}
+
+
+def run_config(config: Config, inputs, pool) -> None:
+    VARIANTS[config.variant](*inputs[:3], pool, config.block, config.warps)
+
+
+# -- checks and timing
+
+
+def problem_with(launch, inputs, expected, partial=False) -> str | None:
+    """None if ``launch(pool)`` on a copy of ``inputs``' pool leaves ``expected``, else what went wrong.
+
+    ``partial``: every cell it changes must hold ``expected``'s value (the floor kernel writes a subset).
+    """
+    pool = inputs[3].clone()
+    try:
+        launch(pool)
+        got = pool.cpu().numpy()
+    except Exception as error:  # a variant that does not compile: reported, the others still run
+        return f"raised {type(error).__name__}: {str(error)[-300:]}"
+    wrong = got != expected
+    if partial:
+        wrong &= got != inputs[3].cpu().numpy()
+    if wrong.any():
+        return f"{int(wrong.sum())} cells differ from the reference, first at {np.argwhere(wrong)[0].tolist()}"
+    return None
+
+
+def bench_us(fn) -> float:
+    """Device us of one call: do_bench's median (it flushes the L2 before each call)."""
+    return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median") * 1e3
+
+
+def wall_us(fn) -> float:
+    """Wall us of one call (``--check-only``: exercises the report, measures nothing of interest)."""
+    start = time.perf_counter()
+    fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e6
+
+
+def interleaved(runs: dict, timer, rounds: int) -> dict:
+    """Each run's median over ``rounds`` rounds, every round timing every run once, in turn."""
+    times = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            times[name].append(timer(fn))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def same_bytes_copy(tokens: int, device):
+    """A copy moving the scatter's 12 bytes per token (as one copy of 6 bytes per token), as kv-canary bench times it."""
+    src = torch.empty(max(1, tokens * 6 // 4), dtype=torch.int32, device=device).random_()
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
+
+
+def case_inputs(case, device):
+    host = make_inputs(*case[:3], aligned=case[3])
+    return host, scatter_reference(*host), tuple(torch.from_numpy(x).to(device) for x in host)
+
+
+def floor(cases, device, timer, rounds: int) -> list:
+    """The latency floor at small sizes (module docstring); returns the failed checks."""
+    failures = []
+    scratch = torch.empty(1, device=device)
+    print("latency floor: device us, and in brackets the excess over the empty kernel", flush=True)
+    for case in cases:
+        host, expected, inputs = case_inputs(case, device)
+        block, warps = launch_shape(host[2].shape[0], host[3].shape[1], host[0].shape[0])[:2]
+        launches = {  # name -> launch(pool)
+            "floor": lambda p: launch_floor(*inputs[:3], p),
+            f"library {block}/{warps}": lambda p: launch_library(*inputs[:3], p, block, warps),
+            "baseline": lambda p: launch_per_request_tile(*inputs[:3], p),
+        }
         pool = inputs[3].clone()
-        runs = {c: (lambda c=c: launch(inputs, pool, *c)) for c in CONFIGS}
-        runs["baseline"] = lambda: launch_per_request_tile(*inputs[:3], pool)
+        runs = {"empty": lambda: empty_kernel[(1,)](scratch)}
+        for name, launch in launches.items():
+            problem = problem_with(launch, inputs, expected, partial=name == "floor")
+            if problem:
+                failures.append((case, name, problem))
+                print(f"  CHECK FAILED {case} {name}: {problem}", flush=True)
+            else:
+                runs[name] = lambda launch=launch: launch(pool)
+        med = interleaved(runs, timer, rounds)
+        empty = med["empty"]
+        print(f"  {case} {host[0].shape[0]} tokens: empty {empty:.2f}; "
+              + ", ".join(f"{name} {us:.2f} (+{us - empty:.2f})" for name, us in med.items() if name != "empty"),
+              flush=True)
+    return failures
+
+
+def sweep(cases, device, timer, rounds: int, deadline: float, big_tokens: int = BIG) -> list:
+    """The sweep (module docstring): per-case lines, then the summary; returns the failed checks.
+
+    The summary's first group is the cases of at least ``big_tokens`` tokens.
+    Cases not started by ``deadline`` (perf_counter seconds) are skipped, so
+    that a slow machine still prints the summary of those done.
+    """
+    failures = []
+    ratios = {}  # case -> config -> ratio to the baseline
+    big = set()  # cases of at least big_tokens tokens
+    for case in cases:
+        if time.perf_counter() > deadline:
+            print(f"budget spent: {case} and the cases after it skipped", flush=True)
+            break
+        host, expected, inputs = case_inputs(case, device)
+        tokens = host[0].shape[0]
+        pool = inputs[3].clone()
+        problem = problem_with(lambda p: launch_per_request_tile(*inputs[:3], p), inputs, expected)
+        if problem:  # no ratios without it: the case is skipped
+            failures.append((case, "baseline", problem))
+            print(f"  CHECK FAILED {case} baseline: {problem}", flush=True)
+            continue
+        runs = {"baseline": lambda: launch_per_request_tile(*inputs[:3], pool), "copy": same_bytes_copy(tokens, device)}
         for c in CONFIGS:
-            check = inputs[3].clone()
-            launch(inputs, check, *c)
-            assert np.array_equal(check.cpu().numpy(), expected), (case, c)
-        times = {name: [] for name in runs}
-        for _ in range(REPEATS):
-            for name, fn in runs.items():
-                times[name].append(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median") * 1e3)
-        med = {name: statistics.median(t) for name, t in times.items()}
-        base = med["baseline"]
-        chosen = launch_shape(case[0], host[3].shape[1], host[0].shape[0])
-        summary[case] = {c: med[c] / base for c in CONFIGS}
-        best = min(CONFIGS, key=med.get)
-        print(f"{case}: baseline {base:.2f} us; chosen {chosen} {med.get(chosen, float('nan')):.2f}; "
-              f"best {best} {med[best]:.2f}; ratios " + " ".join(f"{med[c] / base:.2f}" for c in CONFIGS), flush=True)
+            problem = problem_with(lambda p, c=c: run_config(c, inputs, p), inputs, expected)
+            if problem:
+                failures.append((case, c.name, problem))
+                print(f"  CHECK FAILED {case} {c.name}: {problem}", flush=True)
+            else:
+                runs[c] = lambda c=c: run_config(c, inputs, pool)
+        med = interleaved(runs, timer, rounds)
+        base, copy = med["baseline"], med["copy"]
+        timed = [c for c in CONFIGS if c in med]
+        ratios[case] = {c: med[c] / base for c in timed}
+        if tokens >= big_tokens:
+            big.add(case)
+        chosen = launch_shape(case[0], host[3].shape[1], tokens)
+        print(f"{case} {tokens} tokens, width {host[3].shape[1]}: baseline {base:.2f} us, copy {copy:.2f} us "
+              f"(baseline / copy {base / copy:.2f}); the launcher's shape: library {chosen[0]}/{chosen[1]}", flush=True)
+        for c in timed:
+            print(f"  {c.name:<18} {med[c]:8.2f} us  {med[c] / base:5.2f} x baseline  {med[c] / copy:5.2f} x copy")
+        if timed:
+            best = min(timed, key=med.get)
+            print(f"  best: {best.name} {med[best] / base:.2f} x baseline", flush=True)
+    print(f"\nsummary: ratio to the same-run baseline, worst / mean (cases) over the {len(big)} cases of >= {big_tokens} tokens "
+          f"| over all {len(ratios)} cases")
     for c in CONFIGS:
-        ratios = [summary[case][c] for case in CASES]
-        print(f"config {c}: worst ratio to baseline {max(ratios):.3f}, mean {statistics.mean(ratios):.3f}")
+        line = f"  {c.name:<18}"
+        for group in (big, ratios):
+            values = [ratios[case][c] for case in group if c in ratios[case]]
+            line += f" | {max(values):5.3f} / {statistics.mean(values):5.3f} ({len(values)})" if values else " | -"
+        print(line)
+    return failures
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check-only", action="store_true",
+                        help="tiny cases, wall-clock timing: every check and the report, on a CPU with TRITON_INTERPRET=1")
+    parser.add_argument("--budget", type=float, default=200.0,
+                        help="seconds from the start after which no new sweep case begins (default 200)")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    if k.INTERPRETED:
+        if not args.check_only:
+            print("the kernels are interpreted (TRITON_INTERPRET=1): only --check-only makes sense")
+            return 2
+        device = "cpu"
+    elif not torch.cuda.is_available():
+        print("no CUDA GPU: run with TRITON_INTERPRET=1 and --check-only")
+        return 2
+    else:
+        device = "cuda"
+    if args.check_only:
+        timer, cases, floor_cases, rounds, big = wall_us, CHECK_CASES, CHECK_CASES[:2], 2, 1000
+    else:
+        timer, cases, floor_cases, rounds, big = bench_us, CASES, FLOOR_CASES, REPEATS, BIG
+    failures = floor(floor_cases, device, timer, rounds)
+    failures += sweep(cases, device, timer, rounds, deadline=start + args.budget, big_tokens=big)
+    for case, name, problem in failures:
+        print(f"CHECK FAILED {case} {name}: {problem}")
+    print(f"done in {time.perf_counter() - start:.0f} s", flush=True)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

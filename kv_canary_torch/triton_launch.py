@@ -7,11 +7,22 @@ shapes and strides (never data): no host-device sync, no allocation, so it is
 CUDA-graph capturable, and it launches nothing when no cell can be written
 (``bs == 0``, ``N == 0``, ``R == 0`` or ``C == 0``).
 
-Grid: ``(bs, lanes)``. Requests go on axis 0, which CUDA allows up to
-2**31 - 1 (axes 1 and 2 stop at 65535), so there is no cap on ``bs`` below
-that. Each request's columns are shared by ``lanes`` programs that stride
-through them tile by tile (``triton_kernel``), so any width is covered by
-any lane count and the lane count is a pure speed choice, from shapes only:
+Two kernels (``triton_kernel``), chosen from shapes and strides only:
+
+- ``tiled`` (``scatter_req_token_ids_tiled_kernel``): where ``flat_in`` and
+  the pool's columns are contiguous, the batch is large (the ``LARGE``
+  shape), its grid ``(bs, cdiv(min(C, N), BLOCK) + 1)`` has at most
+  ``TILED_IDLE`` programs per tile of tokens (``cdiv(N, BLOCK) + bs``; a
+  decode batch of one token per request on a wide pool does not pay a
+  program per empty tile) and fits CUDA's axis 1 (65535): one program per
+  aligned tile, no loop, unmasked 16-byte stores inside windows;
+- ``lanes`` (``scatter_req_token_ids_kernel``): everything else, any strides.
+
+Requests go on axis 0, which CUDA allows up to 2**31 - 1 (axes 1 and 2 stop
+at 65535), so there is no cap on ``bs`` below that. In the ``lanes`` kernel
+each request's columns are shared by ``lanes`` programs that stride through
+them tile by tile, so any width is covered by any lane count and the lane
+count is a pure speed choice, from shapes only:
 
 - a request never writes more than ``min(C, N)`` cells, so more than
   ``cdiv(min(C, N), BLOCK)`` lanes would only add programs with nothing to do
@@ -40,11 +51,27 @@ from shared_spec.reference import longest_window
 SMALL_CELLS = 16384
 SMALL = (256, 4, 4096, False)
 LARGE = (1024, 4, 4096, False)
+# The tiled kernel's grid may hold at most this many programs per tile of tokens
+# (cdiv(N, BLOCK) + bs: each request's first tile may be partial); past that
+# most of its programs would find nothing to copy and the lanes kernel, whose
+# grid follows the tokens, is launched instead.
+TILED_IDLE = 4
+# CUDA's grid axis 1 (the tiled kernel's tiles per request) stops here.
+GRID_AXIS_1 = 65535
+TILED, LANES = "tiled", "lanes"
 
 
 def launch_shape(bs: int, width: int, n_tokens: int) -> tuple[int, int, int, bool]:
     """(BLOCK, num_warps, TARGET_PROGRAMS, STREAM) for one launch, from shapes only."""
     return SMALL if bs * longest_window(width, n_tokens) <= SMALL_CELLS else LARGE
+
+
+def tiled(shape, flat_stride: int, stride_col: int, bs: int, tiles: int, token_tiles: int) -> bool:
+    """Whether the tiled kernel runs (module docstring): contiguous, large, not too idle, and within grid axis 1."""
+    return (
+        flat_stride == 1 and stride_col == 1 and shape == LARGE
+        and bs * tiles <= TILED_IDLE * token_tiles and tiles <= GRID_AXIS_1
+    )
 
 
 _module = None  # kv_canary_torch.triton_kernel, imported at first use
@@ -85,12 +112,15 @@ def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch
     module = _module or kernel_module()
     args = (flat_in, offsets, req_pool_indices, pool_out, *plan.ints)
     block, warps, _, stream = plan.shape
-    meta = dict(BLOCK=block, WIDE=plan.wide, STREAM=stream, num_warps=warps)
+    if plan.kernel == TILED:
+        kernel, meta = module.scatter_req_token_ids_tiled_kernel, dict(BLOCK=block, num_warps=warps)
+    else:
+        kernel, meta = module.scatter_req_token_ids_kernel, dict(BLOCK=block, WIDE=plan.wide, STREAM=stream, num_warps=warps)
     if device < 0 or device == torch.cuda.current_device():
-        compiled = module.scatter_req_token_ids_kernel[plan.grid](*args, **meta)
+        compiled = kernel[plan.grid](*args, **meta)
     else:  # Triton launches on the current device: make it pool_out's
         with torch.cuda.device(device):
-            compiled = module.scatter_req_token_ids_kernel[plan.grid](*args, **meta)
+            compiled = kernel[plan.grid](*args, **meta)
     if device >= 0:
         pointers = (flat_in.data_ptr(), offsets.data_ptr(), req_pool_indices.data_ptr(), pool_out.data_ptr())
         _fast.remember(compiled, plan, pointers)
@@ -103,9 +133,10 @@ class _Plan(NamedTuple):
     ints: tuple[int, ...]  # the kernel's integer arguments, in order
     shape: tuple[int, int, int, bool]  # (BLOCK, num_warps, TARGET_PROGRAMS, STREAM)
     wide: bool
-    constexprs: tuple  # BLOCK, WIDE, STREAM: appended to the launcher's arguments
-    variant: tuple  # (device, shape, wide): one compiled kernel each
+    constexprs: tuple  # the kernel's constexprs (lanes: BLOCK, WIDE, STREAM; tiled: BLOCK), appended to the launcher's arguments
+    variant: tuple  # (device, kernel, shape, wide): one compiled kernel each
     small_ints: bool  # every int fits int32 (the fast path's specialization)
+    kernel: str = LANES  # TILED or LANES
 
 
 _NOTHING = _Plan((0, 0), (), (0, 0, 0, False), False, (), (), False)  # bs, N, R or C is 0
@@ -122,10 +153,15 @@ def _plan(key: tuple) -> _Plan:
     else:
         shape = launch_shape(bs, width, n_tokens)
         block, _, target, stream = shape
-        lanes = min(-(-longest_window(width, n_tokens) // block), -(-target // bs))
-        wide = width * max(stride_col, flat_stride, 1) >= 2**31 or width + lanes * block >= 2**31
-        ints = (n_tokens, n_rows, width, flat_stride, offsets_stride, rows_stride, stride_row, stride_col)
-        plan = _Plan((bs, lanes), ints, shape, wide, (block, wide, stream), (device, shape, wide), max(ints) < 2**31)
+        tiles = -(-longest_window(width, n_tokens) // block) + 1  # aligned tiles a window can meet
+        if tiled(shape, flat_stride, stride_col, bs, tiles, -(-n_tokens // block) + bs):
+            ints = (n_tokens, n_rows, width, offsets_stride, rows_stride, stride_row)
+            plan = _Plan((bs, tiles), ints, shape, False, (block,), (device, TILED, shape, False), max(ints) < 2**31, TILED)
+        else:
+            lanes = min(-(-longest_window(width, n_tokens) // block), -(-target // bs))
+            wide = width * max(stride_col, flat_stride, 1) >= 2**31 or width + lanes * block >= 2**31
+            ints = (n_tokens, n_rows, width, flat_stride, offsets_stride, rows_stride, stride_row, stride_col)
+            plan = _Plan((bs, lanes), ints, shape, wide, (block, wide, stream), (device, LANES, shape, wide), max(ints) < 2**31)
     if len(_plans) >= PLAN_CACHE:
         _plans.clear()
     _plans[key] = plan

@@ -67,3 +67,19 @@ def large_batch(bs: int, width: int, seed: int = 0):
     flat_in = rng.integers(INT64_MIN, INT64_MAX, size=int(offsets[-1]), dtype=np.int64, endpoint=True)
     rows = rng.permutation(bs + 1)[:bs].astype(np.int64)
     return flat_in, offsets, rows, sentinel_pool(bs + 1, width, seed)
+
+
+@st.composite
+def tile_batches(draw, block: int):
+    """``batches`` sized to span a few tiles of ``block`` columns, the pool optionally widened to a multiple of ``block``.
+
+    The widened pool (fresh distinct sentinels) is the aligned layout, where
+    every row starts on a tile; widths as drawn cover ``seq + 1`` and every
+    other misalignment. The batch's rows, bad ones included, stay valid or
+    invalid as drawn: the row count does not change.
+    """
+    flat_in, offsets, rows, pool = draw(batches(max_rows=6, max_width=4 * block + 3, max_bs=6, max_tokens=10 * block))
+    if draw(st.booleans()):
+        width = -(-pool.shape[1] // block) * block
+        pool = sentinel_pool(pool.shape[0], width, seed=draw(st.integers(0, 2**16)))
+    return flat_in, offsets, rows, pool

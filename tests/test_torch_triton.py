@@ -38,6 +38,17 @@ for int_type in ("i32", "i64"):
                                constexprs={"BLOCK": block, "WIDE": wide, "STREAM": stream})
             compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
             assert "st.global" in compiled.asm["ptx"]
+# The tiled kernel (contiguous arguments, the LARGE shape): its unmasked tiles store 16 bytes at a time.
+tiled_ints = ("n_tokens", "n_rows", "width", "offsets_stride", "rows_stride", "stride_row")
+for int_type in ("i32", "i64"):
+    signature = dict(flat_in_ptr="*i64", offsets_ptr="*i64", rows_ptr="*i64", pool_ptr="*i32",
+                     **{name: int_type for name in tiled_ints}, BLOCK="constexpr")
+    block, warps, _, _ = launch.LARGE
+    aligned = {(3,): [["tt.divisibility", 16]]}  # the pool pointer 16-byte aligned, as Triton specializes it
+    source = ASTSource(fn=k.scatter_req_token_ids_tiled_kernel, signature=signature, constexprs={"BLOCK": block},
+                       attrs=aligned)
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    assert "st.global.v4.b32" in compiled.asm["ptx"]
 print("compiled")
 """
 

@@ -1,0 +1,113 @@
+"""The Triton backend's tiled kernel (contiguous arguments, large batches) against the reference, and when it is chosen.
+
+The launcher takes ``scatter_req_token_ids_tiled_kernel`` only for the LARGE
+shape (1024-column tiles); here LARGE is shrunk to a 16-column tile and every
+batch made "large", so that tiles inside windows (unmasked), at their edges
+(masked) and past them (nothing) all occur on small random batches, hostile
+values included. Runs interpreted without a GPU, on the GPU otherwise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+
+from kv_canary_torch import triton_launch
+from shared_spec import scatter_reference
+from shared_spec.cases import load_cases
+from tests.contract import assert_same_pool
+from tests.profiles import property_settings
+from tests.strategies import large_batch, sentinel_pool, tile_batches
+from tests.torch_support import device_for
+
+DEVICE = device_for("triton")
+BLOCK = 16
+
+
+@pytest.fixture
+def small_tiles(monkeypatch):
+    """Every batch launches the LARGE shape, with BLOCK-column tiles; no plan or fast-path entry survives the test."""
+    monkeypatch.setattr(triton_launch, "LARGE", (BLOCK, 4, 4096, False))
+    monkeypatch.setattr(triton_launch, "SMALL_CELLS", -1)
+    monkeypatch.setattr(triton_launch, "TILED_IDLE", 10**9)
+    triton_launch._plans.clear()
+    triton_launch._fast.compiled.clear()
+    yield
+    triton_launch._plans.clear()
+    triton_launch._fast.compiled.clear()
+
+
+def run(batch, strided_flat: bool = False):
+    """``(pool after the launch, the plan it took)``, on copies of ``batch`` (which stays as it was, for the reference)."""
+    flat_in, offsets, rows, pool = (torch.tensor(x, device=DEVICE) for x in batch)
+    if strided_flat:
+        flat_in = torch.repeat_interleave(flat_in, 2)[::2]
+    triton_launch.launch(flat_in, offsets, rows, pool)
+    key = [k for k in triton_launch._plans if k[0] == rows.shape[0] and k[1] == flat_in.shape[0]]
+    return pool.cpu().numpy(), triton_launch._plans[key[-1]] if key else None
+
+
+def test_random_batches_take_the_tiled_kernel_and_match(small_tiles):
+    @property_settings(40)
+    @given(batch=tile_batches(BLOCK))
+    def check(batch):
+        got, plan = run(batch)
+        assert_same_pool(got, scatter_reference(*batch))
+        if plan is not triton_launch._NOTHING:
+            assert plan.kernel == triton_launch.TILED
+
+    check()
+
+
+def test_rows_at_every_alignment_to_the_tiles(small_tiles):
+    batch = large_batch(bs=64, width=3 * BLOCK + 5, seed=3)  # width coprime to BLOCK: rows start anywhere in a tile
+    got, plan = run(batch)
+    assert plan.kernel == triton_launch.TILED and plan.grid == (64, -(-(3 * BLOCK + 5) // BLOCK) + 1)
+    assert_same_pool(got, scatter_reference(*batch))
+
+
+def test_a_strided_flat_in_takes_the_lanes_kernel(small_tiles):
+    batch = large_batch(bs=8, width=2 * BLOCK + 1, seed=4)
+    got, plan = run(batch, strided_flat=True)
+    assert plan.kernel == triton_launch.LANES
+    assert_same_pool(got, scatter_reference(*batch))
+
+
+def test_the_conformance_cases(small_tiles):
+    # Plain calls of the spec's cases (no error, the pool as given): int64 extremes, overflowing differences.
+    for case in load_cases():
+        if case.error_class is None and case.layout is None:
+            batch = [case.args[name].numpy() for name in ("flat_in", "offsets", "req_pool_indices", "pool_out")]
+            assert_same_pool(run(batch)[0], scatter_reference(*batch))
+
+
+@pytest.mark.parametrize(
+    "flat_stride, stride_col, bs, tiles, token_tiles, expected",
+    [
+        (1, 1, 256, 9, 2048 + 256, True),  # sglang's 256 x 8192: a tile per program, nearly all busy
+        (2, 1, 256, 9, 2048 + 256, False),  # flat_in strided
+        (1, 3, 256, 9, 2048 + 256, False),  # pool columns strided
+        (1, 1, 4096, 9, 4 + 4096, False),  # decode: one token per request on a wide pool
+        (1, 1, 1, triton_launch.GRID_AXIS_1 + 1, triton_launch.GRID_AXIS_1, False),  # past CUDA's grid axis 1
+    ],
+)
+def test_when_the_tiled_kernel_runs(flat_stride, stride_col, bs, tiles, token_tiles, expected):
+    assert triton_launch.tiled(triton_launch.LARGE, flat_stride, stride_col, bs, tiles, token_tiles) is expected
+    assert not triton_launch.tiled(triton_launch.SMALL, flat_stride, stride_col, bs, tiles, token_tiles)
+
+
+def test_every_window_length_at_every_row_alignment(small_tiles):
+    # Request i writes row i, i % (width + 2) tokens long (up to one past the width: truncated). The width is
+    # coprime to BLOCK and to width + 2, so the 880 requests meet every (row start within a tile, length) pair:
+    # windows ending one cell before, on and one after a tile boundary, in every tile position.
+    width = 3 * BLOCK + 5
+    bs = BLOCK * (width + 2)
+    lengths = np.arange(bs) % (width + 2)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    flat_in = np.random.default_rng(5).integers(-(2**63), 2**63 - 1, size=int(offsets[-1]), dtype=np.int64)
+    batch = (flat_in, offsets, np.arange(bs, dtype=np.int64), sentinel_pool(bs, width, seed=6))
+    got, plan = run(batch)
+    assert plan.kernel == triton_launch.TILED
+    assert_same_pool(got, scatter_reference(*batch))

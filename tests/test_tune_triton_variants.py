@@ -1,0 +1,129 @@
+"""The experimental kernels of benchmarks/tune_triton.py against the reference (interpreted on a CPU-only machine).
+
+Each variant must write exactly the library kernel's cells (those of
+``shared_spec.reference.scatter_reference``) on any input, hostile ones
+included. Small BLOCKs make every kind of tile occur on small shapes: tiles
+inside a window (the unmasked paths), tiles at its edges (masked), tiles past
+it (nothing), and, with rows a multiple of BLOCK wide, windows that start on a
+tile. The floor kernel writes a subset: column 0 of each request whose window
+starts there. Only correctness is tested here, never timing.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import pathlib
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+
+from shared_spec import scatter_reference
+from shared_spec.cases import load_cases
+from shared_spec.reference import written_columns
+from tests.contract import assert_same_pool
+from tests.profiles import property_settings
+from tests.strategies import large_batch, tile_batches
+from tests.torch_support import device_for
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEVICE = device_for("triton")
+
+
+def _load_tune():
+    """benchmarks/tune_triton.py as a module (benchmarks/ is not a package); defining its kernels needs no GPU."""
+    spec = importlib.util.spec_from_file_location("tune_triton", ROOT / "benchmarks" / "tune_triton.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tune = _load_tune()
+BLOCK = 16
+# Variant name -> launch(flat_in, offsets, rows, pool, block, warps). The switch
+# goes to interior from two tiles' worth of columns, so that both of its sides run.
+LAUNCHES = {
+    "interior": tune.launch_interior,
+    "tiled": tune.launch_tiled,
+    "srcaligned": tune.launch_srcaligned,
+    "switch": functools.partial(tune.launch_switch, columns=2 * BLOCK),
+}
+
+
+def run(launch, batch, block=BLOCK) -> np.ndarray:
+    """The pool ``launch`` leaves, on copies of ``batch`` (which stays as it was, for the reference)."""
+    flat_in, offsets, rows, pool = (torch.tensor(x, device=DEVICE) for x in batch)
+    launch(flat_in, offsets, rows, pool, block, 4)
+    return pool.cpu().numpy()
+
+
+@pytest.mark.parametrize("variant", LAUNCHES)
+def test_variants_match_the_reference_on_random_batches(variant):
+    @property_settings(30)
+    @given(batch=tile_batches(BLOCK))
+    def check(batch):
+        assert_same_pool(run(LAUNCHES[variant], batch), scatter_reference(*batch))
+
+    check()
+
+
+@pytest.mark.parametrize("variant", LAUNCHES)
+def test_variants_match_the_reference_on_a_large_batch(variant):
+    """Many well-formed requests: windows of most lengths up to the width, rows at every alignment to the tiles.
+
+    (The row width, 5 more than a multiple of BLOCK, is coprime to it: rows
+    start at every offset within a tile.)
+    """
+    batch = large_batch(bs=64, width=3 * BLOCK + 5, seed=1)
+    assert_same_pool(run(LAUNCHES[variant], batch), scatter_reference(*batch))
+
+
+# The conformance cases that are plain calls (no error, the pool as given):
+# int64 extremes of rows and offsets, overflowing differences, wrapping values.
+SEMANTIC_CASES = [
+    [c.args[name].numpy() for name in ("flat_in", "offsets", "req_pool_indices", "pool_out")]
+    for c in load_cases() if c.error_class is None and c.layout is None
+]
+
+
+@pytest.mark.parametrize("variant", LAUNCHES)
+def test_variants_match_the_conformance_cases(variant):
+    for batch in SEMANTIC_CASES:
+        for block in (2, 4):  # tiles smaller than the cases' rows
+            assert_same_pool(run(LAUNCHES[variant], batch, block), scatter_reference(*batch))
+
+
+def floor_model(flat_in, offsets, rows, pool) -> np.ndarray:
+    """What ``floor_kernel`` leaves: ``pool[row, 0] = int32(flat_in[base])`` for each request with ``lo == 0 < hi``."""
+    out = pool.copy()
+    with np.errstate(over="ignore"):
+        base, lo, hi = written_columns(offsets[:-1], offsets[1:], pool.shape[1], flat_in.shape[0])
+    row_ok = (rows >= 0) & (rows < pool.shape[0])
+    for r in np.flatnonzero(row_ok & (lo == 0) & (hi > 0)):
+        out[rows[r], 0] = flat_in[base[r]].astype(np.int32)
+    return out
+
+
+def check_floor(batch):
+    got = run(lambda f, o, r, p, block, warps: tune.launch_floor(f, o, r, p), batch)
+    assert_same_pool(got, floor_model(*batch))
+    changed = got != batch[3]
+    assert (got[changed] == scatter_reference(*batch)[changed]).all()  # a subset of the spec's writes
+
+
+@property_settings(15)
+@given(batch=tile_batches(BLOCK))
+def test_the_floor_kernel_writes_column_zero_of_each_window_starting_there(batch):
+    check_floor(batch)
+
+
+def test_the_floor_kernel_on_the_conformance_cases():
+    for batch in SEMANTIC_CASES:
+        check_floor(batch)
+
+
+def test_the_script_runs_its_checks_and_report():
+    """``--check-only``: every config of the sweep (real BLOCKs, tiny cases) against the reference, and the report code."""
+    assert tune.main(["--check-only"]) == 0
