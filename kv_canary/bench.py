@@ -8,7 +8,11 @@ copy bandwidth measured in the same run.
 
 Methods (one GPU, nothing else running):
 - torch device time: ``triton.testing.do_bench`` median (it flushes the L2
-  between calls) of one launcher call.
+  between calls) of one launcher call; the Triton kernel, the
+  per-request-tile baseline, a copy of the same bytes and an empty Triton
+  kernel are each the median of ``ROUNDS`` interleaved rounds, so that a
+  drift of the machine hits all four alike (single ``do_bench`` runs moved by
+  up to 3x in one row of one run); the torch-vectorized backend is one run.
 - torch host time: wall time per call over ``HOST_CALLS`` launches with no
   synchronization (fewer than the launch queue holds, so none blocks), the
   median of 5 such rounds; beside it the argument checks alone and one eager
@@ -41,6 +45,7 @@ per token at the chip's HBM bandwidth (``tpu_bandwidth``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import platform
 import statistics
@@ -76,6 +81,8 @@ TPU_BYTES_PER_TOKEN = 20
 TPU_IMPLEMENTATIONS = ("mosaic_tpu", "xla")
 HOST_CALLS = 500
 CHAIN = 16
+# Interleaved rounds of the torch device figures (kernel, baseline, copy, empty kernel).
+ROUNDS = 3
 # The JAX implementations that run one kernel per application, all named kv_canary_...
 # (the device-clock chained figure counts their kernels in a profiler trace).
 DEVICE_CLOCK_IMPLEMENTATIONS = ("pallas", "mosaic")
@@ -127,21 +134,34 @@ def bench_torch(inputs, expected, measures: dict):
     tokens = inputs[0].shape[0]
     src = torch.empty(max(1, tokens * 6 // 4), dtype=torch.int32, device="cuda").random_()
     dst = torch.empty_like(src)
-    measures["same_bytes_copy_us"] = triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median") * 1e3
 
+    from kv_canary.baseline_kernels import launch_per_request_tile
     from kv_canary_torch import launch_scatter_req_token_ids_kernel as launch
     from kv_canary_torch.checks import fast_check
 
     flat_in, offsets, rows, pool = (torch.from_numpy(x).cuda() for x in inputs)
+    outs = {}
     for backend in ("triton", "torch"):
-        out = pool.clone()
+        outs[backend] = out = pool.clone()
         launch(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=out, backend=backend)
         assert np.array_equal(out.cpu().numpy(), expected), f"torch/{backend} disagrees with the reference"
-        ms = triton.testing.do_bench(
-            lambda: launch(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=out, backend=backend),
-            return_mode="median",
-        )
-        measures[f"torch_{backend}_us"] = ms * 1e3
+    # The figures the targets compare, in interleaved rounds (a drift of the GPU or the
+    # host hits them alike): the kernel, the per-request-tile baseline, the same-bytes
+    # copy and the empty kernel.
+    triton_out, baseline_out = outs["triton"], pool.clone()
+    measures |= _interleaved_us(triton, {
+        "torch_triton_us": lambda: launch(
+            flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=triton_out, backend="triton"
+        ),
+        "per_request_tile_us": lambda: launch_per_request_tile(flat_in, offsets, rows, baseline_out),
+        "same_bytes_copy_us": lambda: dst.copy_(src),
+        "empty_kernel_us": _empty_kernel(torch, triton),
+    })
+    torch_out = outs["torch"]
+    measures["torch_torch_us"] = triton.testing.do_bench(
+        lambda: launch(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=torch_out, backend="torch"),
+        return_mode="median",
+    ) * 1e3
     # Chained like the JAX figure (CHAIN launches back to back in one CUDA graph,
     # no flush between them, minus one launch): the like-for-like comparison.
     out = pool.clone()
@@ -160,11 +180,6 @@ def bench_torch(inputs, expected, measures: dict):
             torch.cuda.synchronize()
             times[k].append(time.perf_counter() - start)
     measures["torch_triton_chained_us"] = (statistics.median(times[CHAIN]) - statistics.median(times[1])) / (CHAIN - 1) * 1e6
-    from kv_canary.baseline_kernels import launch_per_request_tile
-
-    measures["per_request_tile_us"] = triton.testing.do_bench(
-        lambda: launch_per_request_tile(flat_in, offsets, rows, out), return_mode="median"
-    ) * 1e3
     out = pool.clone()
     measures["host_us"] = _host_us(lambda: launch(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=out))
     # One eager torch op, timed the same way in the same process: the host-time bar.
@@ -283,14 +298,29 @@ def jax_device_chained_us(fn, args, pool, calls: int = 5) -> float | None:
     return device_trace.chained_device_us(device_trace.kernel_events(data, KERNEL_MARKER), CHAIN)
 
 
-def empty_kernel_us(torch, triton) -> float:
-    """do_bench's floor on this machine: the median time of a kernel that does nothing."""
+def _interleaved_us(triton, fns: dict) -> dict:
+    """Microseconds per call of each of ``fns``: the median of ``ROUNDS`` interleaved rounds of ``do_bench`` medians."""
+    times: dict = {name: [] for name in fns}
+    for _ in range(ROUNDS):
+        for name, fn in fns.items():
+            times[name].append(triton.testing.do_bench(fn, return_mode="median") * 1e3)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+@functools.cache
+def _empty_kernel(torch, triton):
+    """A call that launches a Triton kernel doing nothing: do_bench's floor on this machine."""
     @triton.jit
     def empty(x_ptr):
         pass
 
     x = torch.empty(1, device="cuda")
-    return triton.testing.do_bench(lambda: empty[(1,)](x), return_mode="median") * 1e3
+    return lambda: empty[(1,)](x)
+
+
+def empty_kernel_us(torch, triton) -> float:
+    """do_bench's floor on this machine: the median time of a kernel that does nothing."""
+    return _interleaved_us(triton, {"empty": _empty_kernel(torch, triton)})["empty"]
 
 
 def versions() -> dict:
@@ -318,6 +348,7 @@ COLUMNS = (
     ("triton_over_copy", "triton / copy"),
     ("per_request_tile_us", "per-request-tile baseline us"),
     ("triton_over_baseline", "triton / baseline"),
+    ("empty_kernel_us", "empty kernel us"),
     ("triton_over_empty_us", "triton - empty kernel us"),
     ("torch_triton_chained_us", "triton chained us"),
     ("sglang_b_us", "sglang B us (anchor)"),
@@ -341,14 +372,18 @@ COLUMNS = (
 
 
 def derived(measures: dict, empty_us: float) -> dict:
-    """The ratios the targets are stated in, from one case's measures (same run)."""
+    """The ratios the targets are stated in, from one case's measures (same run).
+
+    The empty kernel is the case's own (``measures["empty_kernel_us"]``,
+    interleaved with the kernel) where there is one, else ``empty_us``.
+    """
     out = {}
     triton = measures.get("torch_triton_us")
     for key, base in (("triton_over_copy", "same_bytes_copy_us"), ("triton_over_baseline", "per_request_tile_us")):
         if triton and measures.get(base):
             out[key] = triton / measures[base]
     if triton:
-        out["triton_over_empty_us"] = triton - empty_us
+        out["triton_over_empty_us"] = triton - measures.get("empty_kernel_us", empty_us)
     for suffix in ("", "_device"):
         pallas, mosaic = measures.get(f"jax_pallas{suffix}_us"), measures.get(f"jax_mosaic{suffix}_us")
         if pallas and mosaic:
