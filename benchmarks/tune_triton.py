@@ -31,10 +31,13 @@ Variants (all compute the library kernel's cells -- ``request_window`` gives
 int32(flat_in[base + j])`` for ``lo <= j < hi``, reading only ``flat_in[0,
 N)``; all but ``library`` need ``flat_in`` and the pool's rows contiguous):
 
-- ``library``: the library kernel (any strides), lanes looping over tiles.
+- ``library``: the library's strided kernel (``scatter_req_token_ids_kernel``,
+  any strides), lanes looping over tiles.
 - ``interior``: lanes loop over tiles aligned to BLOCK in the pool's flat
   offsets; tiles inside the window unmasked (16-byte stores), edges masked.
-- ``tiled``: the same tiles, one program each (grid axis 1 = tile), no loop.
+- ``tiled``: the same tiles, one program each (grid axis 1 = tile), no loop:
+  the library's ``scatter_req_token_ids_tiled_kernel``, which the launcher
+  runs for contiguous large batches since this sweep (2026-11-30).
 - ``srcaligned``: lanes loop over tiles aligned to BLOCK in ``flat_in``'s
   offsets; interior loads unmasked (16-byte int64 pairs), stores unaligned.
 - ``switch``: ``interior`` when the longest window has at least
@@ -133,38 +136,6 @@ def edge_mask(first, end, BLOCK: tl.constexpr):
     """``first <= i < end`` for ``i`` in ``[0, BLOCK)``, on int32 lanes: the bounds are clipped to ``[0, BLOCK]`` first."""
     offs = tl.arange(0, BLOCK)
     return (offs >= tl.maximum(first, 0).to(tl.int32)) & (offs < tl.minimum(end, BLOCK).to(tl.int32))
-
-
-@triton.jit(do_not_specialize=INTS)
-def tiled_kernel(flat_in_ptr, offsets_ptr, rows_ptr, pool_ptr, n_tokens, n_rows, width, stride_row, BLOCK: tl.constexpr):
-    """One program per (request, aligned tile), no loop: ``interior``'s tiles on the baseline's grid.
-
-    With ``row_off = row * stride_row``, the tiles are ``BLOCK`` pool cells
-    aligned to ``BLOCK`` in the pool's flat element offsets; program ``(r, t)``
-    takes the ``t``-th from the one holding the window's first cell ``row_off +
-    lo``: cells ``cell + [0, BLOCK)``, columns ``col + [0, BLOCK)``, ``col = cell
-    - row_off``. A window of ``hi - lo <= longest_window`` columns meets at most
-    ``cdiv(longest_window, BLOCK) + 1`` aligned tiles: the grid's axis 1.
-
-    - tile inside ``[lo, hi)``: loaded and stored unmasked; it starts a multiple
-      of ``BLOCK`` cells into a 16-byte aligned pool, so stores are 16-byte vectors;
-    - tile meeting an edge (``col < hi``; ``col > lo - BLOCK`` holds for every
-      tile): masked to ``[lo, hi)``;
-    - tile past ``hi`` (also every tile of an empty window or a row outside the
-      pool, where ``hi = 0``): nothing.
-    """
-    request = tl.program_id(0).to(tl.int64)
-    row_ok, row, base, lo, hi = k.request_window(request, offsets_ptr, rows_ptr, n_tokens, n_rows, width, 1, 1)
-    row_off = tl.where(row_ok, row, 0) * stride_row
-    cell = tl.multiple_of(((row_off + lo) // BLOCK + tl.program_id(1)) * BLOCK, BLOCK)  # row_off + lo >= 0
-    col = cell - row_off
-    if (col >= lo) & (col + BLOCK <= hi):
-        ids = tl.load(flat_in_ptr + (base + col) + tl.arange(0, BLOCK))
-        tl.store(pool_ptr + cell + tl.arange(0, BLOCK), ids.to(tl.int32))
-    elif col < hi:
-        mask = edge_mask(lo - col, hi - col, BLOCK)
-        ids = tl.load(flat_in_ptr + (base + col) + tl.arange(0, BLOCK), mask=mask)
-        tl.store(pool_ptr + cell + tl.arange(0, BLOCK), ids.to(tl.int32), mask=mask)
 
 
 @triton.jit(do_not_specialize=INTS)
@@ -282,8 +253,11 @@ def launch_tiled(flat_in, offsets, rows, pool, block, warps):
     bs, n_tokens, n_rows, width = sizes
     tiles = triton.cdiv(longest_window(width, n_tokens), block) + 1  # alignment can add one
     assert tiles < 2**16, "grid axis 1 stops at 65535"
-    tiled_kernel[(bs, tiles)](flat_in, offsets, rows, pool, n_tokens, n_rows, width, pool.stride(0),
-                              BLOCK=block, num_warps=warps)
+    # The library's tiled kernel (kv_canary_torch.triton_kernel), which came out of this sweep.
+    k.scatter_req_token_ids_tiled_kernel[(bs, tiles)](
+        flat_in, offsets, rows, pool, n_tokens, n_rows, width, offsets.stride(0), rows.stride(0), pool.stride(0),
+        BLOCK=block, num_warps=warps,
+    )
 
 
 def launch_switch(flat_in, offsets, rows, pool, block, warps, columns=SWITCH_COLUMNS):

@@ -247,3 +247,29 @@ def test_arguments_on_two_devices_are_refused():
         launch(flat_in, offsets, rows, pool1)
     assert str(raised.value) == errors.DEVICE_MISMATCH.format(arg="flat_in", device="cuda:0", pool_device="cuda:1")
     np.testing.assert_array_equal(as_numpy(pool1), before)
+
+
+@pytest.mark.parametrize(
+    "bs, width, strided, kernel",
+    [(64, 2049, False, "tiled"), (64, 2049, True, "lanes"), (4, 33, False, "lanes")],
+    ids=["tiled", "strided-flat", "small"],
+)
+def test_the_fast_launch_path_serves_each_kernel(bs, width, strided, kernel):
+    # The first launch of a shape compiles through Triton's generic path and remembers the kernel; the next
+    # ones call its launcher directly (triton_launch._FastLaunch). That path must stay on for both kernels and
+    # write what the generic one does.
+    from kv_canary_torch import triton_launch
+
+    batch = large_batch(bs=bs, width=width, seed=11)
+    flat_in, offsets, rows, _ = on_gpu(batch)
+    if strided:
+        flat_in = torch.repeat_interleave(flat_in, 2)[::2]
+    for _ in range(3):
+        pool = on_gpu(batch)[3]
+        launch(flat_in, offsets, rows, pool, backend="triton")
+        np.testing.assert_array_equal(as_numpy(pool), scatter_reference(*batch))
+    key = next(k for k in triton_launch._plans if k[:4] == (bs, flat_in.shape[0], batch[3].shape[0], width)
+               and k[6] == flat_in.stride(0))
+    plan = triton_launch._plans[key]
+    assert plan.kernel == kernel
+    assert not triton_launch._fast.disabled and plan.variant in triton_launch._fast.compiled
