@@ -46,14 +46,15 @@ def main():
         "hooks idle": triton_launch._hooks_idle,
         "pool.add_(0) (one torch op)": lambda: pool.add_(0),
     }
-    key, compiled = next(iter(triton_launch._fast.compiled.items()), (None, None))
+    # The launch's own plan (whichever Triton kernel it chose), its compiled kernel called as the fast path calls it.
+    plan = next(p for k, p in triton_launch._plans.items() if k[:2] == (rows.shape[0], flat_in.shape[0]))
+    compiled = triton_launch._fast.compiled.get(plan.variant)
     if compiled is not None:
         pointers = (flat_in.data_ptr(), offsets.data_ptr(), rows.data_ptr(), pool.data_ptr())
-        ints = (flat_in.shape[0], pool.shape[0], pool.shape[1], 1, 1, 1, pool.stride(0), 1)
-        block, _, _, stream = triton_launch.launch_shape(64, pool.shape[1], flat_in.shape[0])
         raw = triton_launch._raw_stream(0)
-        rows_out["compiled.run alone"] = lambda: compiled.run(
-            64, 1, 1, raw, compiled.function, compiled.packed_metadata, None, None, None, *pointers, *ints, block, False, stream
+        rows_out[f"compiled.run alone ({plan.kernel})"] = lambda: compiled.run(
+            *plan.grid, 1, raw, compiled.function, compiled.packed_metadata, None, None, None,
+            *pointers, *plan.ints, *plan.constexprs,
         )
     for name, fn in rows_out.items():
         print(f"{name:32s} {per_call(fn):7.2f} us")

@@ -5,8 +5,10 @@
 
 For the Triton-lowered and the Mosaic GPU lowering, an all but empty kernel (it
 rewrites one cell) on a donated int32 pool, timed by ``kv-canary bench``'s chained
-method (``jax_chained``: 16 applications in one jit minus one, over 15): the
-floor each lowering's calls add per application, whatever the kernel does.
+method (``jax_chained``: 16 applications in one jit minus one, over 15) and on
+the device clock (``jax_device_chained_us``: the same chain's kernels in a
+profiler trace): the floor each lowering's calls add per application, on the
+host and on the device, whatever the kernel does.
 Beside it, the host time of enqueueing one call of the 16-call jit, and for a
 few rows the host-side profiler events of that call (what XLA does per
 kernel). The same for ``scatter_req_token_ids`` at a few cases. Each
@@ -84,7 +86,7 @@ def one() -> None:
 
     jax.config.update("jax_enable_x64", True)
     from jax_kernel_times import parse_case
-    from kv_canary.bench import CHAIN, jax_chained, make_inputs
+    from kv_canary.bench import CHAIN, jax_chained, jax_device_chained_us, make_inputs
     from kv_canary_jax import scatter_req_token_ids
     from shared_spec.reference import scatter_reference
 
@@ -112,7 +114,10 @@ def one() -> None:
             enqueue.append(time.perf_counter() - t)
             p.block_until_ready()
         median = statistics.median(enqueue)
-        print(f"{name:24s} chained {per * 1e6:7.2f} us/app | host enqueue of the 16-call jit {median * 1e6:7.1f} us", flush=True)
+        device = jax_device_chained_us(fns[CHAIN], a, pool)  # the same chain on the device clock
+        device_text = "?" if device is None else f"{device:5.2f}"
+        print(f"{name:24s} chained {per * 1e6:7.2f} us/app, device clock {device_text} us/app"
+              f" | host enqueue of the 16-call jit {median * 1e6:7.1f} us", flush=True)
         if PROFILE and name in PROFILE:
             print("\n".join(host_events(fns[CHAIN], a, p)), flush=True)
 

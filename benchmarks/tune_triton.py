@@ -372,7 +372,7 @@ def floor(cases, device, timer, rounds: int) -> list:
     return failures
 
 
-def sweep(cases, device, timer, rounds: int, deadline: float, big_tokens: int = BIG) -> list:
+def sweep(cases, device, timer, rounds: int, deadline: float, big_tokens: int = BIG, configs=tuple(CONFIGS)) -> list:
     """The sweep (module docstring): per-case lines, then the summary; returns the failed checks.
 
     The summary's first group is the cases of at least ``big_tokens`` tokens.
@@ -395,7 +395,7 @@ def sweep(cases, device, timer, rounds: int, deadline: float, big_tokens: int = 
             print(f"  CHECK FAILED {case} baseline: {problem}", flush=True)
             continue
         runs = {"baseline": lambda: launch_per_request_tile(*inputs[:3], pool), "copy": same_bytes_copy(tokens, device)}
-        for c in CONFIGS:
+        for c in configs:
             problem = problem_with(lambda p, c=c: run_config(c, inputs, p), inputs, expected)
             if problem:
                 failures.append((case, c.name, problem))
@@ -404,7 +404,7 @@ def sweep(cases, device, timer, rounds: int, deadline: float, big_tokens: int = 
                 runs[c] = lambda c=c: run_config(c, inputs, pool)
         med = interleaved(runs, timer, rounds)
         base, copy = med["baseline"], med["copy"]
-        timed = [c for c in CONFIGS if c in med]
+        timed = [c for c in configs if c in med]
         ratios[case] = {c: med[c] / base for c in timed}
         if tokens >= big_tokens:
             big.add(case)
@@ -418,7 +418,7 @@ def sweep(cases, device, timer, rounds: int, deadline: float, big_tokens: int = 
             print(f"  best: {best.name} {med[best] / base:.2f} x baseline", flush=True)
     print(f"\nsummary: ratio to the same-run baseline, worst / mean (cases) over the {len(big)} cases of >= {big_tokens} tokens "
           f"| over all {len(ratios)} cases")
-    for c in CONFIGS:
+    for c in configs:
         line = f"  {c.name:<18}"
         for group in (big, ratios):
             values = [ratios[case][c] for case in group if c in ratios[case]]
@@ -433,7 +433,16 @@ def main(argv=None) -> int:
                         help="tiny cases, wall-clock timing: every check and the report, on a CPU with TRITON_INTERPRET=1")
     parser.add_argument("--budget", type=float, default=200.0,
                         help="seconds from the start after which no new sweep case begins (default 200)")
+    parser.add_argument("--config", action="append", metavar="VARIANT/BLOCK/WARPS",
+                        help="sweep these configs (e.g. tiled/512/2) instead of CONFIGS; repeatable")
+    parser.add_argument("--no-floor", action="store_true", help="skip the latency floor")
     args = parser.parse_args(argv)
+    configs = CONFIGS
+    if args.config:
+        configs = [Config(v, int(b), int(w)) for v, b, w in (text.split("/") for text in args.config)]
+        unknown = {c.variant for c in configs} - set(VARIANTS)
+        if unknown:
+            parser.error(f"unknown variants {sorted(unknown)}; known: {sorted(VARIANTS)}")
     start = time.perf_counter()
     if k.INTERPRETED:
         if not args.check_only:
@@ -449,8 +458,8 @@ def main(argv=None) -> int:
         timer, cases, floor_cases, rounds, big = wall_us, CHECK_CASES, CHECK_CASES[:2], 2, 1000
     else:
         timer, cases, floor_cases, rounds, big = bench_us, CASES, FLOOR_CASES, REPEATS, BIG
-    failures = floor(floor_cases, device, timer, rounds)
-    failures += sweep(cases, device, timer, rounds, deadline=start + args.budget, big_tokens=big)
+    failures = [] if args.no_floor else floor(floor_cases, device, timer, rounds)
+    failures += sweep(cases, device, timer, rounds, deadline=start + args.budget, big_tokens=big, configs=configs)
     for case, name, problem in failures:
         print(f"CHECK FAILED {case} {name}: {problem}")
     print(f"done in {time.perf_counter() - start:.0f} s", flush=True)
