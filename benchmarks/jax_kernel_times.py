@@ -10,8 +10,8 @@ of the kernel itself and the median gap between consecutive kernels of the
 chain (what XLA's launch path adds on the device). The kernel duration tells
 whether a gap is the kernel's or the launch path's.
 ``--block`` adds Mosaic GPU variants with that tile cap (``scatter(...,
-block=)``), ``--stage-batch`` and ``--target-programs`` variants with that
-module constant (each tile cap).
+block=)``), ``--stage-batch``, ``--target-programs`` and ``--set`` variants with
+those module constants, each also with every ``--block``.
 """
 
 from __future__ import annotations
@@ -64,6 +64,9 @@ def main(argv=None) -> None:
                     help="Mosaic GPU variants with this many stores per step of the short-window path (STAGE_BATCH)")
     ap.add_argument("--target-programs", action="append", type=int, default=[],
                     help="Mosaic GPU variants with this TARGET_PROGRAMS (the lanes per request follow from it)")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE[,NAME=VALUE...]",
+                    help="a Mosaic GPU variant with these module constants (integers) set together, e.g. "
+                         "TILE=1024,TARGET_PROGRAMS=8192")
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--events", action="store_true", help="print the event sequence around the first chain")
     ap.add_argument("--mark", action="store_true", help="print a line before each variant compiles (to attribute compiler dumps)")
@@ -78,8 +81,9 @@ def main(argv=None) -> None:
     impls = args.impl or ["pallas", "mosaic"]
     # (implementation, tile cap, {module constant: value}): constants of pallas_mosaic_gpu read when the kernel is traced.
     overrides = [{"STAGE_BATCH": v} for v in args.stage_batch] + [{"TARGET_PROGRAMS": v} for v in args.target_programs]
+    overrides += [{name: int(value) for name, value in (item.split("=") for item in text.split(","))} for text in args.set]
     variants = [(i, None, {}) for i in impls]
-    variants += [("mosaic", b, o) for o in overrides or [{}] for b in args.block]
+    variants += [("mosaic", b, o) for o in [{}] + overrides for b in args.block]
     variants += [("mosaic", None, o) for o in overrides]
     defaults = {name: getattr(pallas_mosaic_gpu, name) for o in overrides for name in o}
     print(f"jax {jax.__version__} {jax.devices()[0].device_kind}", flush=True)

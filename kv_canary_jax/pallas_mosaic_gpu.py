@@ -82,10 +82,8 @@ nor ``row * C + s`` has any (``C`` is often odd; sglang's pools are ``context
 still moves 32 consecutive elements.
 
 Grid: ``(lanes, bs)`` with ``lanes = min(cdiv(min(C, N), T),
-cdiv(TARGET_PROGRAMS, bs), max(cdiv(cdiv(N, bs), T), cdiv(cdiv(min(C, N), T),
-LONGEST_TILES_PER_LANE)))``: a lane per tile of the mean window, never fewer
-than a quarter of the longest window's tiles, at most ``TARGET_PROGRAMS``
-programs in all. Pallas's Mosaic GPU lowering reverses the grid
+cdiv(TARGET_PROGRAMS, bs))``: a lane per tile of the longest window, at most
+``TARGET_PROGRAMS`` programs in all. Pallas's Mosaic GPU lowering reverses the grid
 for CUDA, so requests run along CUDA's x axis (up to ``2**31 - 1``) and lanes
 along y (at most ``TARGET_PROGRAMS``, below y's 65535). Like the Triton
 kernels, a pool far wider than the batch's tokens launches programs for the
@@ -125,21 +123,22 @@ from shared_spec.reference import longest_window, written_columns
 # windows are staged in shared memory and stored column by column.
 VEC = 128
 # The tile (columns one program copies on a long window) is the largest power
-# of two <= min(TILE, C, N), the cap by the longest window min(C, N): 4 int64
-# per thread, many small programs, as the Triton-lowered kernel has (8 per
-# thread). History, on the H200 (jax 0.11.2): while the unrolled scalar path
-# for short windows held the kernel at 128 registers per thread (4 programs
-# resident per SM), the bytes in flight per program decided the bandwidth and
-# tiles of 2048 columns won (profiler kernel durations, 256 x 2048: tile 512
-# 4.03 us, 2048 2.53 us). With the staged short-window path the kernel takes
-# 40-48 registers (10-12 programs per SM), and a sweep over the bench's cases of
-# 0.5M-8M tokens (chained, us; caps 512 / 1024 / 2048) found 512 as fast or
-# faster at each: 256 x 2048 2.68 / 4.33 / 4.91, 256 x 8192 6.78 / 7.93 / 8.69,
-# 1024 x 2048 7.25 / 8.04 / 8.91, 256 x 32768 32.04 / 32.29 / 33.33
-# (benchmarks/jax_kernel_times.py --block ... --stage-batch 16; single runs,
-# about +-1 us of noise). The overlapping last tile re-writes at most T - 1
+# of two <= min(TILE, C, N), the cap by the longest window min(C, N): 8 int64
+# per thread, as the Triton-lowered kernel has. History, on the H200 (jax
+# 0.11.2): while the unrolled scalar path for short windows held the kernel at
+# 128 registers per thread (4 programs resident per SM), tiles of 2048 columns
+# won (profiler kernel durations, 256 x 2048: tile 512 4.03 us, 2048 2.53 us).
+# With the staged short-window path (40-48 registers, 10-12 programs per SM) a
+# sweep on the wall-clock chained figure (+-1 us of noise) chose 512. On the
+# device clock (profiler timestamps of the 16-application chain, the bench's
+# 'mosaic / pallas'; benchmarks/jax_kernel_times.py --set TILE=1024,...,
+# third session) 1024 is faster at every uniform case of 0.5M-8M tokens, us
+# per application, tile 512 / 1024 (pallas): 64 x 8192 2.33 / 2.26 (2.17),
+# 256 x 2048 2.36 / 2.27 (2.33), 256 x 8192 5.04 / 4.83 (4.73), 1024 x 2048
+# 5.12 / 4.91 (4.84), 256 x 32768 28.73 / 27.86 (27.04); 4096 x 512 keeps 512
+# (its windows are 513 wide). The overlapping last tile re-writes at most T - 1
 # columns.
-TILE = 512
+TILE = 1024
 # Windows shorter than VEC store their columns with scalar stores, this many
 # per loop step (the step's shared-memory reads first, then its stores). Why
 # not an unrolled store per column: on the H200 (jax 0.11.2, ptxas) the
@@ -154,16 +153,16 @@ STAGE_BATCH = 16
 # launches one lane per request. It also keeps the lanes, on CUDA's y axis,
 # far below that axis' limit of 65535.
 TARGET_PROGRAMS = 4096
-# Below that cap, a request's lanes cover the *mean* window (N / bs tokens) with
-# one tile each, and the longest window min(C, N) with at most this many tiles
-# each: a batch of equal windows gets a lane per tile, a ragged one fewer
-# lanes that find nothing to copy (each still loads its request's three
-# scalars and holds a slot of an SM), and one long window among many short
-# ones is still spread. Measured on the H200 (profiler kernel durations, us,
-# pallas / mosaic): ragged 256 x 8192 3.46 / 4.00 with a lane per tile of the
-# longest window (16 lanes), 3.39 / 3.49 with this rule (9); ragged 64 x 32768
-# 3.55 / 3.81 (64 lanes), 3.39 / 3.46 (33); the uniform batches' lanes are unchanged.
-LONGEST_TILES_PER_LANE = 4
+# Below that cap a request gets a lane per tile of the longest window min(C, N):
+# on a ragged batch the lanes past a short window exit after its three scalar
+# loads. History (H200, device clock, us per application, ragged 256 x 8192 /
+# 64 x 32768, pallas 3.30 / 3.50): with 512-column tiles a lane per tile of
+# the longest window was slow (16 lanes: kernel 4.00 against 3.49 with fewer),
+# so lanes followed the mean window N / bs instead (a quarter of the longest
+# window's tiles at least): 3.57 / 3.55. With 1024-column tiles that rule gives
+# 3.69 / 3.54 and a lane per tile of the longest window 3.57 / 3.50, the
+# uniform batches within 0.06 us of either (0.22 us at 256 x 32768, where both
+# rules give 16 lanes: run noise).
 # How the GPU launches the kernel: "kernel" is ``pl.kernel`` over a
 # ``plgpu.Mesh`` with the pool as a ref (``pl.run_state``), which pl.kernel
 # aliases in and out (written in place): the entry point Mosaic GPU keeps.
@@ -198,8 +197,7 @@ def launch_shape(bs: int, width: int, n_tokens: int, block: int | None = None) -
         return 0, 1
     bs = max(bs, 1)
     tiles = pl.cdiv(span, tile)
-    wanted = max(pl.cdiv(pl.cdiv(n_tokens, bs), tile), pl.cdiv(tiles, LONGEST_TILES_PER_LANE))  # mean window, floor
-    return tile, max(1, min(tiles, pl.cdiv(TARGET_PROGRAMS, bs), wanted))
+    return tile, max(1, min(tiles, pl.cdiv(TARGET_PROGRAMS, bs)))
 
 
 def vector_sizes(tile: int) -> tuple[int, ...]:

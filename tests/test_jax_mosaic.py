@@ -161,20 +161,20 @@ def test_copies_stay_inside_the_window_and_cover_it(bs, width, n_tokens, block):
 def test_launch_shapes():
     assert mosaic.launch_shape(8, 5, 1000) == (0, 1)  # every window is shorter than VEC: staged copies only
     assert mosaic.launch_shape(8, 1000, 100) == (0, 1)
-    assert mosaic.launch_shape(8, 1000, 2**20) == (512, 2)  # the tile cap, over the longest window
-    assert mosaic.launch_shape(8, 2049, 2**20) == (512, 5)
-    assert mosaic.launch_shape(8, 8193, 2**20) == (mosaic.TILE, 17)
-    assert mosaic.launch_shape(8, 3000, 1500, block=2048) == (1024, 1)  # the tokens, not the width, bound the window
-    assert mosaic.launch_shape(8, 2**17, 300) == (256, 1)  # the largest power of two within the longest window
-    # Lanes for the mean window (N / bs), never fewer than a quarter of the longest window's tiles.
-    assert mosaic.launch_shape(256, 8193, 1_093_232) == (512, 9)  # ragged: mean 4271 tokens
-    assert mosaic.launch_shape(64, 32769, 1_069_210) == (512, 33)
-    assert mosaic.launch_shape(256, 32769, 32768 + 255) == (512, 16)  # one long window among one-token ones
-    assert mosaic.launch_shape(100, 32769, 32768 + 99)[1] == -(-65 // mosaic.LONGEST_TILES_PER_LANE)  # 17
+    assert mosaic.TILE == 1024
+    assert mosaic.launch_shape(8, 1000, 2**20) == (512, 2)  # the largest power of two within the longest window
+    assert mosaic.launch_shape(8, 2049, 2**20) == (1024, 3)  # the tile cap; a lane per tile of the longest window
+    assert mosaic.launch_shape(8, 8193, 2**20) == (1024, 9)
+    assert mosaic.launch_shape(8, 3000, 1500, block=2048) == (1024, 2)  # the tokens, not the width, bound the window
+    assert mosaic.launch_shape(8, 2**17, 300) == (256, 2)
+    assert mosaic.launch_shape(256, 8193, 1_093_232) == (1024, 9)  # ragged: lanes for the longest window
+    assert mosaic.launch_shape(64, 32769, 1_069_210) == (1024, 33)
     # Many requests: fewer lanes, each striding over several tiles (sglang's bench: 4096 x 512, 256 x 32768).
+    assert mosaic.launch_shape(256, 32769, 32768 + 255) == (1024, 16)  # one long window among one-token ones
     assert mosaic.launch_shape(4096, 513, 2**21) == (512, 1)
-    assert mosaic.launch_shape(256, 32769, 2**23) == (mosaic.TILE, 16)
-    assert mosaic.launch_shape(1024, 2049, 2**21) == (512, 4)
+    assert mosaic.launch_shape(256, 32769, 2**23) == (1024, 16)
+    assert mosaic.launch_shape(1024, 2049, 2**21) == (1024, 3)
+    assert mosaic.launch_shape(2048, 2049, 2**22) == (1024, 2)
     assert mosaic.launch_shape(1, 2**30, 2**30)[1] == mosaic.TARGET_PROGRAMS
     with pytest.raises(ValueError):
         mosaic.scatter(*[jnp.asarray(a) for a in large_batch(bs=2, width=3)], block=100)
