@@ -11,7 +11,7 @@ Two kernels (``triton_kernel``), chosen from shapes and strides only:
 
 - ``tiled`` (``scatter_req_token_ids_tiled_kernel``): where ``flat_in`` and
   the pool's columns are contiguous, the batch is large (the ``LARGE``
-  shape), its grid ``(bs, cdiv(min(C, N), BLOCK) + 1)`` has at most
+  shape's tiles, over ``TILED_WARPS`` warps), its grid ``(bs, cdiv(min(C, N), BLOCK) + 1)`` has at most
   ``TILED_IDLE`` programs per tile of tokens (``cdiv(N, BLOCK) + bs``; a
   decode batch of one token per request on a wide pool does not pay a
   program per empty tile) and fits CUDA's axis 1 (65535): one program per
@@ -51,6 +51,12 @@ from shared_spec.reference import longest_window
 SMALL_CELLS = 16384
 SMALL = (256, 4, 4096, False)
 LARGE = (1024, 4, 4096, False)
+# The tiled kernel runs LARGE's 1024-cell tiles over 2 warps (16 tokens a
+# thread, twice the loads in flight per thread). tune_triton.py, one H200, 5
+# interleaved rounds (third session), ratio to the baseline at the 8 cases of
+# 1M tokens or more, 2 warps / 4 warps: worst 0.98 / 1.06, mean 0.93 / 0.96;
+# 2 warps faster at 6 of the 8 cases.
+TILED_WARPS = 2
 # The tiled kernel's grid may hold at most this many programs per tile of tokens
 # (cdiv(N, BLOCK) + bs: each request's first tile may be partial); past that
 # most of its programs would find nothing to copy and the lanes kernel, whose
@@ -155,6 +161,7 @@ def _plan(key: tuple) -> _Plan:
         block, _, target, stream = shape
         tiles = -(-longest_window(width, n_tokens) // block) + 1  # aligned tiles a window can meet
         if tiled(shape, flat_stride, stride_col, bs, tiles, -(-n_tokens // block) + bs):
+            shape = (block, TILED_WARPS, target, stream)
             ints = (n_tokens, n_rows, width, offsets_stride, rows_stride, stride_row)
             plan = _Plan((bs, tiles), ints, shape, False, (block,), (device, TILED, shape, False), max(ints) < 2**31, TILED)
         else:

@@ -43,7 +43,7 @@ tiled_ints = ("n_tokens", "n_rows", "width", "offsets_stride", "rows_stride", "s
 for int_type in ("i32", "i64"):
     signature = dict(flat_in_ptr="*i64", offsets_ptr="*i64", rows_ptr="*i64", pool_ptr="*i32",
                      **{name: int_type for name in tiled_ints}, BLOCK="constexpr")
-    block, warps, _, _ = launch.LARGE
+    block, warps = launch.LARGE[0], launch.TILED_WARPS
     aligned = {(3,): [["tt.divisibility", 16]]}  # the pool pointer 16-byte aligned, as Triton specializes it
     source = ASTSource(fn=k.scatter_req_token_ids_tiled_kernel, signature=signature, constexprs={"BLOCK": block},
                        attrs=aligned)

@@ -65,6 +65,7 @@ def test_rows_at_every_alignment_to_the_tiles(small_tiles):
     batch = large_batch(bs=64, width=3 * BLOCK + 5, seed=3)  # width coprime to BLOCK: rows start anywhere in a tile
     got, plan = run(batch)
     assert plan.kernel == triton_launch.TILED and plan.grid == (64, -(-(3 * BLOCK + 5) // BLOCK) + 1)
+    assert plan.shape[:2] == (BLOCK, triton_launch.TILED_WARPS)
     assert_same_pool(got, scatter_reference(*batch))
 
 
