@@ -11,11 +11,12 @@ Two kernels (``triton_kernel``), chosen from shapes and strides only:
 
 - ``tiled`` (``scatter_req_token_ids_tiled_kernel``): where ``flat_in`` and
   the pool's columns are contiguous, the batch is large (the ``LARGE``
-  shape's tiles, over ``TILED_WARPS`` warps), its grid ``(bs, cdiv(min(C, N), BLOCK) + 1)`` has at most
-  ``TILED_IDLE`` programs per tile of tokens (``cdiv(N, BLOCK) + bs``; a
-  decode batch of one token per request on a wide pool does not pay a
-  program per empty tile) and fits CUDA's axis 1 (65535): one program per
-  aligned tile, no loop, unmasked 16-byte stores inside windows;
+  shape's tiles, over ``TILED_WARPS`` warps), its grid ``(bs, cdiv(min(C,
+  N), BLOCK) + 1)`` has at most ``TILED_IDLE`` programs per tile of tokens
+  (``cdiv(N, BLOCK) + bs``; a decode batch of one token per request on a
+  wide pool does not pay a program per empty tile) and fits CUDA's axis 1
+  (65535): one program per aligned tile, no loop, unmasked 16-byte stores
+  inside windows;
 - ``lanes`` (``scatter_req_token_ids_kernel``): everything else, any strides.
 
 Requests go on axis 0, which CUDA allows up to 2**31 - 1 (axes 1 and 2 stop
