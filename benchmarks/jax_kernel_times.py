@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 
 from kv_canary import device_trace
 
@@ -36,11 +35,8 @@ DEFAULT_CASES = (
 )
 
 
-def print_sequence(trace_dir: str, marker: str, limit: int = 40) -> None:
-    """Print the events (process, thread, name, start, duration) around the first chain: what else runs beside the kernel."""
-    data = device_trace.load_trace(trace_dir)
-    if data is None:
-        return
+def print_sequence(data, marker: str, limit: int = 40) -> None:
+    """Print the trace's events (process, thread, name, start, duration) around the first chain: what else runs beside the kernel."""
     names = {}
     for e in data["traceEvents"]:
         if e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name"):
@@ -109,17 +105,11 @@ def main(argv=None) -> None:
             name = impl + ("" if block is None else f"/{block}") + "".join(f"/{k.lower()}={v}" for k, v in override.items())
             cell = f"{name}: chain {chained_us:6.2f}"
             if not args.no_profile:
-                with tempfile.TemporaryDirectory() as d:
-                    pool = jax.device_put(inputs[3])
-                    with jax.profiler.trace(d, create_perfetto_trace=True):
-                        for _ in range(5):
-                            pool = fns[CHAIN](flat_in, offsets, rows, pool)
-                        pool.block_until_ready()
-                    data = device_trace.load_trace(d)
-                    events = device_trace.kernel_events(data, KERNEL_MARKER) if data is not None else []
-                    if args.events:
-                        print(f"  {case} {impl} block={block}:")
-                        print_sequence(d, KERNEL_MARKER)
+                data = device_trace.trace_calls(fns[CHAIN], (flat_in, offsets, rows), jax.device_put(inputs[3]), 5)
+                events = device_trace.kernel_events(data, KERNEL_MARKER) if data is not None else []
+                if args.events and data is not None:
+                    print(f"  {case} {impl} block={block}:")
+                    print_sequence(data, KERNEL_MARKER)
                 if events:
                     durs = [d for _, d in events]
                     gaps = [b[0] - (a[0] + a[1]) for a, b in zip(events, events[1:])]

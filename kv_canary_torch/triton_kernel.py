@@ -108,7 +108,7 @@ def scatter_req_token_ids_kernel(
 
 
 @triton.jit
-def _within(first, end, BLOCK: tl.constexpr):
+def range_mask(first, end, BLOCK: tl.constexpr):
     """``first <= i < end`` for ``i`` in ``[0, BLOCK)``, compared on int32 lanes (the int64 bounds clipped to ``[0, BLOCK]`` first)."""
     i = tl.arange(0, BLOCK)
     return (i >= tl.maximum(first, 0).to(tl.int32)) & (i < tl.minimum(end, BLOCK).to(tl.int32))
@@ -170,7 +170,7 @@ def scatter_req_token_ids_tiled_kernel(
         ids = tl.load(flat_in_ptr + (base + col) + tl.arange(0, BLOCK))
         tl.store(pool_ptr + cell + tl.arange(0, BLOCK), ids.to(tl.int32))
     elif col < hi:
-        mask = _within(lo - col, hi - col, BLOCK)
+        mask = range_mask(lo - col, hi - col, BLOCK)
         ids = tl.load(flat_in_ptr + (base + col) + tl.arange(0, BLOCK), mask=mask)
         tl.store(pool_ptr + cell + tl.arange(0, BLOCK), ids.to(tl.int32), mask=mask)
 

@@ -20,6 +20,13 @@ from tests.profiles import property_settings
 from tests.strategies import batches, large_batch
 
 CASES = load_cases()
+# The conformance cases that are plain calls (no error, the pool as given), as numpy
+# (flat_in, offsets, req_pool_indices, pool_out): int64 extremes of rows and offsets,
+# overflowing differences, wrapping values.
+SEMANTIC_BATCHES = [
+    [c.args[name].numpy() for name in ("flat_in", "offsets", "req_pool_indices", "pool_out")]
+    for c in CASES if c.error_class is None and c.layout is None
+]
 
 
 def assert_same_pool(got: np.ndarray, expected: np.ndarray) -> None:

@@ -21,9 +21,8 @@ import torch
 from hypothesis import given
 
 from shared_spec import scatter_reference
-from shared_spec.cases import load_cases
 from shared_spec.reference import written_columns
-from tests.contract import assert_same_pool
+from tests.contract import SEMANTIC_BATCHES, assert_same_pool
 from tests.profiles import property_settings
 from tests.strategies import large_batch, tile_batches
 from tests.torch_support import device_for
@@ -80,17 +79,9 @@ def test_variants_match_the_reference_on_a_large_batch(variant):
     assert_same_pool(run(LAUNCHES[variant], batch), scatter_reference(*batch))
 
 
-# The conformance cases that are plain calls (no error, the pool as given):
-# int64 extremes of rows and offsets, overflowing differences, wrapping values.
-SEMANTIC_CASES = [
-    [c.args[name].numpy() for name in ("flat_in", "offsets", "req_pool_indices", "pool_out")]
-    for c in load_cases() if c.error_class is None and c.layout is None
-]
-
-
 @pytest.mark.parametrize("variant", LAUNCHES)
 def test_variants_match_the_conformance_cases(variant):
-    for batch in SEMANTIC_CASES:
+    for batch in SEMANTIC_BATCHES:
         for block in (2, 4):  # tiles smaller than the cases' rows
             assert_same_pool(run(LAUNCHES[variant], batch, block), scatter_reference(*batch))
 
@@ -120,7 +111,7 @@ def test_the_floor_kernel_writes_column_zero_of_each_window_starting_there(batch
 
 
 def test_the_floor_kernel_on_the_conformance_cases():
-    for batch in SEMANTIC_CASES:
+    for batch in SEMANTIC_BATCHES:
         check_floor(batch)
 
 
