@@ -24,7 +24,7 @@ run() {
     bench) step "${2:-300}" python3 -m kv_canary.cli bench --write "$OUT/performance.md" ${BENCH_ARGS:-} ;;
     memcheck) step "${2:-540}" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 XLA_PYTHON_CLIENT_ALLOCATOR=platform \
       /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 \
-      python3 benchmarks/memcheck_corpus.py ${MEMCHECK_ARGS:-} ;;
+      python3 benchmarks/memcheck_corpus.py --repeat 2 ${MEMCHECK_ARGS:-} ;;
     # Mosaic GPU: ptxas' register counts per variant, the per-call floor of each lowering (with the host's
     # profiler events), and the chained figures of a few cases against the Triton-lowered kernel.
     mosaic) step 120 python3 benchmarks/mosaic_registers.py

@@ -1,4 +1,4 @@
-"""Where the host time of one torch launch goes (GPU): checks, backend choice, Triton launch.
+"""Where the host time of one torch launch goes (GPU): checks, backend choice, the C launcher or Triton's.
 
     python benchmarks/host_overhead.py
 
@@ -13,7 +13,7 @@ import time
 import torch
 
 from kv_canary.bench import make_inputs
-from kv_canary_torch import backends, launch_scatter_req_token_ids_kernel as launch, triton_launch
+from kv_canary_torch import backends, cuda_launch, launch_scatter_req_token_ids_kernel as launch, triton_launch
 from kv_canary_torch.checks import fast_check
 
 CALLS = 500
@@ -33,8 +33,9 @@ def per_call(fn) -> float:
 def main():
     flat_in, offsets, rows, pool = (torch.from_numpy(x).cuda() for x in make_inputs(64, 512, False))
     kwargs = dict(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=pool)
-    launch(**kwargs)
+    launch(**kwargs)  # compiles the kernel and binds the shape to the C launcher
     print(f"fast path entries: {list(triton_launch._fast.compiled)}  disabled: {triton_launch._fast.disabled}")
+    print(f"C launcher: {len(triton_launch._bound)} bound launches; unavailable: {cuda_launch.unavailable_reason()}")
     rows_out = {
         "launcher (auto)": lambda: launch(**kwargs),
         "launcher (triton)": lambda: launch(**kwargs, backend="triton"),
@@ -56,8 +57,20 @@ def main():
             *plan.grid, 1, raw, compiled.function, compiled.packed_metadata, None, None, None,
             *pointers, *plan.ints, *plan.constexprs,
         )
+    key = next((k for k in triton_launch._bound if k[:2] == (rows.shape[0], flat_in.shape[0])), None)
+    if key is not None:
+        bound, c_launch = triton_launch._bound[key], triton_launch._fast.c_launch
+        raw = triton_launch._raw_stream(0)
+        pointers = (flat_in.data_ptr(), offsets.data_ptr(), rows.data_ptr(), pool.data_ptr())
+        rows_out["C launch alone (cuda_launch)"] = lambda: c_launch(bound, raw, *pointers)
+        rows_out["data_ptr x4"] = lambda: (flat_in.data_ptr(), offsets.data_ptr(), rows.data_ptr(), pool.data_ptr())
     for name, fn in rows_out.items():
         print(f"{name:32s} {per_call(fn):7.2f} us")
+    # The same launcher with the C launcher declined for this kernel: Triton's compiled launcher instead.
+    triton_launch._bound.clear()
+    triton_launch._fast.c_declined.add(plan.variant)
+    print(f"{'launcher (auto), no C launcher':32s} {per_call(rows_out['launcher (auto)']):7.2f} us")
+    print(f"{'pool.add_(0) (one torch op)':32s} {per_call(rows_out['pool.add_(0) (one torch op)']):7.2f} us")
 
 
 if __name__ == "__main__":

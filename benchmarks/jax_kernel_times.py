@@ -63,10 +63,17 @@ def main(argv=None) -> None:
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE[,NAME=VALUE...]",
                     help="a Mosaic GPU variant with these module constants (integers) set together, e.g. "
                          "TILE=1024,TARGET_PROGRAMS=8192")
+    ap.add_argument("--torch", choices=("none", "init", "work"), default="none",
+                    help="torch beside JAX, as in kv-canary bench: 'init' imports torch and starts CUDA in this process; "
+                         "'work' also runs the bench's torch measurements of each case just before its JAX ones")
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--events", action="store_true", help="print the event sequence around the first chain")
     ap.add_argument("--mark", action="store_true", help="print a line before each variant compiles (to attribute compiler dumps)")
     args = ap.parse_args(argv)
+    if args.torch != "none":
+        import torch
+
+        torch.empty(1, device="cuda")
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -87,6 +94,10 @@ def main(argv=None) -> None:
         bs, seq, ragged, aligned = parse_case(case)
         inputs = make_inputs(bs, seq, ragged, aligned=aligned)
         expected = scatter_reference(*inputs)
+        if args.torch == "work":
+            from kv_canary.bench import bench_torch
+
+            bench_torch(inputs, expected, {})
         flat_in, offsets, rows = (jax.device_put(x) for x in inputs[:3])
         line = [f"{case:>10s} tok={inputs[0].shape[0]:>8d}"]
         for impl, block, override in variants:

@@ -263,6 +263,9 @@ def main(argv=None) -> int:
     parser.add_argument("--cases", type=int, default=1024, help="malformed-value cases per kernel (default 1024)")
     parser.add_argument("--per-launch", type=int, default=64, help="cases per kernel launch (default 64)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run (and check) every launch this many times: with 2 the torch launcher's second call of "
+                             "each shape takes the C launcher bound at the first (kv_canary_torch.cuda_launch)")
     parser.add_argument("--kernels", nargs="+", choices=sorted(set(CPU_KERNELS)),
                         default=list(GPU_KERNELS if GPU else CPU_KERNELS))
     args = parser.parse_args(argv)
@@ -278,7 +281,7 @@ def main(argv=None) -> int:
     cases = bad = 0
     for kernel in kernels:
         run = runner(kernel)
-        for launch in launches:
+        for launch in [launch for launch in launches for _ in range(args.repeat)]:
             n_cases = (launch[2].shape[0]) // 2
             try:
                 got, guards = run(launch)
@@ -290,7 +293,7 @@ def main(argv=None) -> int:
                 print(f"{kernel}: {wrong} wrong cells, launch geometry {launch[3].shape} layout {launch[4]}", file=sys.stderr)
             cases += n_cases
             bad += wrong
-    print(f"cases run: {cases} ({args.cases} per kernel, {len(launches)} launches each), "
+    print(f"cases run: {cases} ({args.cases} per kernel, {len(launches)} launches each, each run {args.repeat}x), "
           f"mismatches: {bad}, kernels: {', '.join(kernels) or 'none'}")
     for line in skipped:
         print(f"skipped: {line}")

@@ -29,6 +29,8 @@ Methods (one GPU, nothing else running):
   stages on the host at every call, about 2 us per kernel on jax 0.11.2), so
   this figure, not the chained one, compares their device time like for like;
   'mosaic / pallas' is its ratio, 'mosaic / pallas chained' the wall one's.
+- JAX figures come from a child process that imports no torch
+  (``jax_in_own_process``), run before the torch ones.
 - JAX wall time: per call of a jitted, pool-donating function, median of 5
   rounds of back-to-back calls (``WALL_CALLS`` in all), next to the same for a
   jitted function that only returns the donated pool (the dispatch floor).
@@ -423,26 +425,21 @@ def run(args) -> int:
     if not torch.cuda.is_available():
         print("kv-canary bench needs a CUDA GPU")
         return 2
-    import jax
-
-    jax.config.update("jax_enable_x64", True)  # this command's process only; the library never sets it
-    from kv_canary_jax import available_implementations
-
-    impls = [i for i in ("pallas", "mosaic", "xla") if i in available_implementations()]
-    bw = copy_bandwidth(torch, triton)
-    meta = versions() | {"copy_bw_tbs": bw / 1e12, "empty_kernel_us": empty_kernel_us(torch, triton)}
     from shared_spec.reference import scatter_reference
 
-    rows = []
     selected = [c for c in CASES if not args.quick or c[0] * c[1] <= 2**21]
-    for bs, seq, ragged, aligned in selected:
+    jax_rows = {} if args.no_jax else jax_in_own_process(selected)
+    bw = copy_bandwidth(torch, triton)
+    meta = versions() | {"copy_bw_tbs": bw / 1e12, "empty_kernel_us": empty_kernel_us(torch, triton)}
+    rows = []
+    for case in selected:
+        bs, seq, ragged, aligned = case
         inputs = make_inputs(bs, seq, ragged, aligned=aligned)
         expected = scatter_reference(*inputs)
         tokens = int(inputs[0].shape[0])
         measures: dict = {}
         bench_torch(inputs, expected, measures)
-        if not args.no_jax:
-            bench_jax(inputs, expected, measures, impls)
+        measures |= jax_rows.get(case, {})
         measures["triton_bw_pct"] = 100 * BYTES_PER_TOKEN * tokens / (measures["torch_triton_us"] * 1e-6) / bw
         measures |= derived(measures, meta["empty_kernel_us"])
         if not aligned and (bs, seq, ragged) in SGLANG_B_US:
@@ -457,6 +454,47 @@ def run(args) -> int:
             flush=True,
         )
     return _output(args, rows, meta, render(rows, meta), PERFORMANCE_HEADER)
+
+
+def jax_in_own_process(cases) -> dict[tuple, dict]:
+    """Every case's JAX figures (``bench_jax``), measured in a child process that never imports torch.
+
+    Why a process of its own: on the H200 (jax 0.11.2, torch 2.11), running
+    torch's measurements of a case just before its JAX ones in one process
+    added 0.16-0.20 us to the device-clock gap before every Mosaic GPU kernel
+    of the chain, at every case timed (kernel durations, and the
+    Triton-lowered kernel's gaps, unchanged; ``benchmarks/jax_kernel_times.py
+    --torch work``). A JAX serving process runs no torch. The child's progress
+    goes to stderr; a failure raises with its stderr's tail.
+    """
+    command = [sys.executable, "-m", "kv_canary.bench", JAX_CHILD, json.dumps([list(c) for c in cases])]
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the JAX measurements failed (exit {done.returncode}); their output is above")
+    return {tuple(case): measures for case, measures in json.loads(done.stdout)}
+
+
+JAX_CHILD = "--jax-cases"
+
+
+def jax_child(cases) -> None:
+    """The child of ``jax_in_own_process``: ``[[case, measures], ...]`` as JSON on stdout."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)  # this process's choice; the library never sets it
+    from kv_canary_jax import available_implementations
+    from shared_spec.reference import scatter_reference
+
+    impls = [i for i in ("pallas", "mosaic", "xla") if i in available_implementations()]
+    out = []
+    for bs, seq, ragged, aligned in cases:
+        inputs = make_inputs(bs, seq, ragged, aligned=aligned)
+        measures: dict = {}
+        bench_jax(inputs, scatter_reference(*inputs), measures, impls)
+        out.append([[bs, seq, ragged, aligned], measures])
+        print(f"jax bs={bs} seq={seq} ragged={ragged} aligned={aligned}: "
+              + ", ".join(f"{k}={v:.2f}" for k, v in measures.items()), file=sys.stderr, flush=True)
+    print(json.dumps(out))
 
 
 def _output(args, rows: list[Row], meta: dict, table: str, header: str) -> int:
@@ -482,6 +520,7 @@ per-request-tile baseline; 'mosaic / pallas' of the two Pallas GPU kernels' devi
 in a chain of 16 (profiler kernel timestamps: the device clock), 'mosaic / pallas chained' of their host
 wall-clock chained figures, which also hold the host work XLA does per kernel; 'width' is the pool's columns
 (`seq + 1` as in sglang's benchmark, or `seq` for the two pools whose rows are a multiple of 128 wide).
+The JAX columns are measured first, in a child process that imports no torch.
 
 """
 
@@ -566,3 +605,7 @@ applications in one jit); 'floor' is the 20 bytes per token the TPU kernel and i
 int64 -> int32 conversion move, at the chip's HBM bandwidth (Pallas's table of TPU chips).
 
 """
+
+
+if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == JAX_CHILD:
+    jax_child([tuple(c) for c in json.loads(sys.argv[2])])

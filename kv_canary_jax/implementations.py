@@ -28,10 +28,11 @@ on JAX's default platform. Neither reads data.
 - None: the platform's entry in ``PLATFORM_DEFAULTS`` (on a TPU:
   ``("mosaic_tpu", "xla")`` once ``MOSAIC_TPU_IN_DEFAULT`` is True, after a
   run on a real TPU), else ``DEFAULT``: ``("mosaic", "pallas", "xla")``
-  once ``MOSAIC_IN_DEFAULT`` is True, ``("pallas", "xla")`` until then: the
-  fastest kernel that runs on the GPU (or everywhere under ``interpret=True``),
-  XLA otherwise. An older GPU, or a JAX without Mosaic GPU, falls through to
-  the next name.
+  once ``MOSAIC_IN_DEFAULT`` is True, ``("pallas", "mosaic", "xla")`` until
+  then: the fastest kernel that runs on the GPU (or everywhere under
+  ``interpret=True``), XLA otherwise. An older GPU, or a JAX without Mosaic
+  GPU, falls through to the next name; so, on Hopper or newer, does a JAX
+  without the Triton lowering, to Mosaic GPU rather than XLA's scatter.
 
 The compute capability is that of the first CUDA GPU JAX sees
 (``jax.devices("gpu")``: ``jax.devices()[0]`` wherever a GPU is the default
@@ -68,7 +69,9 @@ IMPLEMENTATIONS: tuple[str, ...] = (PALLAS, MOSAIC, MOSAIC_TPU, XLA)
 # device clock). Flipping it is the whole change; the GPU tests then assert
 # that the default runs Mosaic GPU and warns of nothing.
 MOSAIC_IN_DEFAULT = False
-DEFAULT: tuple[str, ...] = (MOSAIC, PALLAS, XLA) if MOSAIC_IN_DEFAULT else (PALLAS, XLA)
+# Until then Mosaic GPU comes second: where the Triton lowering is gone (a later
+# JAX), Hopper and newer fall to Mosaic GPU, not to XLA's 34-100x slower scatter.
+DEFAULT: tuple[str, ...] = (MOSAIC, PALLAS, XLA) if MOSAIC_IN_DEFAULT else (PALLAS, MOSAIC, XLA)
 # Whether implementation=None on a TPU tries the Mosaic TPU kernel first. It
 # stays off until the kernel has compiled and passed `kv-canary check` on a real
 # TPU: it is tested in TPU interpret mode only (no TPU is lent here), and Mosaic

@@ -19,6 +19,12 @@ Two kernels (``triton_kernel``), chosen from shapes and strides only:
   inside windows;
 - ``lanes`` (``scatter_req_token_ids_kernel``): everything else, any strides.
 
+How it launches (``_FastLaunch``): the first call of a shape compiles through
+Triton's generic ``kernel[grid](...)``; from then on one ``cuLaunchKernel``
+through the C launcher (``cuda_launch``), the shape's grid and ints bound once,
+or, where that launcher is unavailable (no C compiler, ``KV_CANARY_C_LAUNCHER=0``),
+Triton's own compiled launcher.
+
 Requests go on axis 0, which CUDA allows up to 2**31 - 1 (axes 1 and 2 stop
 at 65535), so there is no cap on ``bs`` below that. In the ``lanes`` kernel
 each request's columns are shared by ``lanes`` programs that stride through
@@ -108,6 +114,11 @@ def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch
         req_pool_indices.shape[0], flat_in.shape[0], n_rows, width, stride_row, stride_col,
         flat_in.stride(0), offsets.stride(0), req_pool_indices.stride(0), device,
     )
+    bound = _bound.get(key)
+    if bound is not None:  # the C launcher, bound to this shape (_FastLaunch)
+        pointers = (flat_in.data_ptr(), offsets.data_ptr(), req_pool_indices.data_ptr(), pool_out.data_ptr())
+        if _fast.may_launch(pointers, device) and _fast.c_launch(bound, _raw_stream(device), *pointers):
+            return
     plan = _plans.get(key) or _plan(key)
     if plan is _NOTHING:
         return
@@ -115,6 +126,7 @@ def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch
     if compiled is not None:
         pointers = (flat_in.data_ptr(), offsets.data_ptr(), req_pool_indices.data_ptr(), pool_out.data_ptr())
         if _fast.launch(compiled, plan, pointers, device):
+            _fast.bind(key, compiled, plan)
             return
     module = _module or kernel_module()
     args = (flat_in, offsets, req_pool_indices, pool_out, *plan.ints)
@@ -130,7 +142,15 @@ def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch
             compiled = kernel[plan.grid](*args, **meta)
     if device >= 0:
         pointers = (flat_in.data_ptr(), offsets.data_ptr(), req_pool_indices.data_ptr(), pool_out.data_ptr())
-        _fast.remember(compiled, plan, pointers)
+        _fast.remember(key, compiled, plan, pointers)
+
+
+def forget() -> None:
+    """Drop every cached plan, remembered kernel and bound launch (tests that change the launch constants)."""
+    _plans.clear()
+    _fast.compiled.clear()
+    _fast.c_declined.clear()
+    _bound.clear()
 
 
 class _Plan(NamedTuple):
@@ -172,6 +192,7 @@ def _plan(key: tuple) -> _Plan:
             plan = _Plan((bs, lanes), ints, shape, wide, (block, wide, stream), (device, LANES, shape, wide), max(ints) < 2**31)
     if len(_plans) >= PLAN_CACHE:
         _plans.clear()
+        _bound.clear()
     _plans[key] = plan
     return plan
 
@@ -182,8 +203,15 @@ class _FastLaunch:
     Triton's ``kernel[grid](...)`` binds arguments, computes a specialization key
     and looks up its cache on every call: about 17 us of host time per launch on
     the H200 machine, more than the kernel itself at every size up to millions
-    of tokens. Here the key is known in advance for the common case and the
-    compiled kernel's own launcher is called directly.
+    of tokens. Here the key is known in advance for the common case, and the
+    kernel is launched one of two ways:
+
+    - the C launcher (``cuda_launch``): one ``cuLaunchKernel`` with the launch
+      key's grid and ints bound once (``_bound``, by launch key), bound when
+      the key is first launched by either of the other paths;
+    - the compiled kernel's own launcher (``CompiledKernel.run``) where the C
+      launcher is unavailable or declines the kernel, and for the first call of
+      a new key whose variant is compiled already.
 
     Why that is exact: the kernel specializes nothing on its integer arguments
     but their width (``do_not_specialize`` covers them all; an int is passed as
@@ -198,17 +226,26 @@ class _FastLaunch:
     def __init__(self):
         self.compiled: dict[tuple, object] = {}
         self.disabled = False
+        self.c_launch = None  # cuda_launch.launcher(), looked up at the first bind
+        self.c_declined: set[tuple] = set()  # plan variants the C launcher cannot launch
 
-    def remember(self, compiled, plan: _Plan, pointers) -> None:
+    def remember(self, key: tuple, compiled, plan: _Plan, pointers) -> None:
+        """After a generic launch: keep ``compiled`` for its variant, and bind ``key`` to the C launcher."""
         aligned = not (pointers[0] | pointers[1] | pointers[2] | pointers[3]) & 15
         if compiled is not None and not self.disabled and plan.small_ints and aligned and _hooks_idle():
             self.compiled[plan.variant] = compiled
+            self.bind(key, compiled, plan)
+
+    @staticmethod
+    def may_launch(pointers, device: int) -> bool:
+        """Whether a remembered kernel may take these pointers on ``device``: aligned, no hook, the current device."""
+        if (pointers[0] | pointers[1] | pointers[2] | pointers[3]) & 15 or not _hooks_idle():
+            return False
+        return not _several_devices() or device == torch.cuda.current_device()
 
     def launch(self, compiled, plan: _Plan, pointers, device: int) -> bool:
-        """Launch and return True, or return False for the generic path to launch."""
-        if (pointers[0] | pointers[1] | pointers[2] | pointers[3]) & 15 or not plan.small_ints or not _hooks_idle():
-            return False
-        if _several_devices() and device != torch.cuda.current_device():
+        """Launch through ``compiled``'s own launcher and return True, or return False for the generic path to launch."""
+        if not plan.small_ints or not self.may_launch(pointers, device):
             return False
         grid0, grid1 = plan.grid
         try:
@@ -221,6 +258,19 @@ class _FastLaunch:
             self.compiled.clear()
             return False
         return True
+
+    def bind(self, key: tuple, compiled, plan: _Plan) -> None:
+        """Bind ``key``'s launch to the C launcher, where it can stand in for ``compiled``'s (``cuda_launch.bind``)."""
+        if plan.variant in self.c_declined or key in _bound:
+            return
+        from kv_canary_torch import cuda_launch
+
+        bound = cuda_launch.bind(compiled, plan.grid, plan.ints)
+        if bound is None:  # the launcher is unavailable, or this kernel is not a plain launch: it stays so
+            self.c_declined.add(plan.variant)
+            return
+        self.c_launch = cuda_launch.launcher()
+        _bound[key] = bound
 
 
 _runtime_knobs = None  # triton.knobs.runtime (Triton >= 3.4), looked up once
@@ -248,3 +298,4 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
     lambda device: torch.cuda.current_stream(device).cuda_stream
 )
 _fast = _FastLaunch()
+_bound: dict[tuple, object] = {}  # launch key -> the C launcher's bound launch (_FastLaunch)

@@ -333,7 +333,7 @@ def test_mosaic_is_selectable_and_interprets_anywhere():
 
 
 def test_default_order():
-    expected = ("mosaic", "pallas", "xla") if implementations.MOSAIC_IN_DEFAULT else ("pallas", "xla")
+    expected = ("mosaic", "pallas", "xla") if implementations.MOSAIC_IN_DEFAULT else ("pallas", "mosaic", "xla")
     assert implementations.DEFAULT == expected
 
 

@@ -32,12 +32,16 @@ def no_triton_lowering(monkeypatch):
     implementations.pallas_triton_import_error.cache_clear()
 
 
-def test_the_default_falls_through_to_xla(no_triton_lowering):
-    # Everywhere the kernel could otherwise run: a CUDA platform, and any platform interpreted.
-    assert implementations.plan(None, "cuda", interpret=False)[0][1] in (implementations.MOSAIC, implementations.XLA)
-    assert implementations.plan(None, "cpu", interpret=True) in (
-        ((None, implementations.MOSAIC),), ((None, implementations.XLA),),
-    )
+@pytest.mark.parametrize("capability", [(9, 0), (10, 0), (8, 0), None])
+def test_the_default_falls_through_to_mosaic_on_hopper_else_xla(no_triton_lowering, monkeypatch, capability):
+    monkeypatch.setattr(implementations, "gpu_capability", lambda: capability)
+    mosaic_imports = implementations.mosaic_import_error() is None
+    hopper = capability is not None and capability >= (9, 0) and mosaic_imports
+    expected = implementations.MOSAIC if hopper else implementations.XLA
+    assert implementations.plan(None, "cuda", interpret=False) == ((None, expected),)
+    # Interpreted (any platform), Mosaic GPU runs wherever it imports.
+    interpreted = implementations.MOSAIC if mosaic_imports else implementations.XLA
+    assert implementations.plan(None, "cpu", interpret=True) == ((None, interpreted),)
     assert implementations.plan(("pallas", "xla"), "cuda", interpret=False) == ((None, implementations.XLA),)
 
 

@@ -119,9 +119,10 @@ def test_cuda_graph_capture_and_replay():
     flat_in, offsets, rows, pool = static
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm up: compile the kernel outside the capture
+    with torch.cuda.stream(stream):  # warm up: compile the kernel and bind it to the C launcher outside the capture
         launch(flat_in, offsets, rows, pool)
     torch.cuda.current_stream().wait_stream(stream)
+    assert_c_launcher_bound(flat_in, rows, pool)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         launch(flat_in, offsets, rows, pool)
@@ -273,3 +274,37 @@ def test_the_fast_launch_path_serves_each_kernel(bs, width, strided, kernel):
     plan = triton_launch._plans[key]
     assert plan.kernel == kernel
     assert not triton_launch._fast.disabled and plan.variant in triton_launch._fast.compiled
+    assert_c_launcher_bound(flat_in, rows, batch[3])
+
+
+def assert_c_launcher_bound(flat_in, rows, pool):
+    """The C launcher (``cuda_launch``) loaded on this machine and bound the launch of these shapes."""
+    from kv_canary_torch import cuda_launch, triton_launch
+
+    assert cuda_launch.module() is not None, cuda_launch.unavailable_reason()
+    keys = [k for k in triton_launch._bound if k[:4] == (rows.shape[0], flat_in.shape[0], *pool.shape)]
+    assert keys, "the launch was not bound to the C launcher"
+
+
+def test_the_c_launcher_on_a_thread_that_never_touched_cuda():
+    """A thread whose first CUDA call is the launch (its tensors made elsewhere): correct either way it launches."""
+    import threading
+
+    batch = large_batch(bs=8, width=300, seed=21)
+    flat_in, offsets, rows, pool = on_gpu(batch)
+    launch(flat_in, offsets, rows, on_gpu(batch)[3])  # compiled and bound to the C launcher
+    torch.cuda.synchronize()
+    errors_seen = []
+
+    def worker():
+        try:
+            launch(flat_in, offsets, rows, pool)
+        except Exception as error:  # reported below
+            errors_seen.append(repr(error))
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert not errors_seen, errors_seen
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(as_numpy(pool), scatter_reference(*batch))

@@ -31,11 +31,9 @@ def small_tiles(monkeypatch):
     monkeypatch.setattr(triton_launch, "LARGE", (BLOCK, 4, 4096, False))
     monkeypatch.setattr(triton_launch, "SMALL_CELLS", -1)
     monkeypatch.setattr(triton_launch, "TILED_IDLE", 10**9)
-    triton_launch._plans.clear()
-    triton_launch._fast.compiled.clear()
+    triton_launch.forget()
     yield
-    triton_launch._plans.clear()
-    triton_launch._fast.compiled.clear()
+    triton_launch.forget()
 
 
 def run(batch, strided_flat: bool = False):

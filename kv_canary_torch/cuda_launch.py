@@ -1,0 +1,198 @@
+"""A C launcher for the compiled Triton kernels: one ``cuLaunchKernel`` per call, the rest bound once per shape.
+
+Contract:
+
+- ``bind(compiled, grid, ints) -> bound | None``: a launch (the C module's
+  capsule) of Triton's ``CompiledKernel`` ``compiled`` over ``grid`` (two
+  axes) whose parameters are four pointers (filled per call) followed by
+  ``ints`` (each passed as a signed 32-bit int). None when this launcher cannot stand in for Triton's exactly
+  (then the caller keeps Triton's launcher): no C compiler or CUDA driver,
+  ``KV_CANARY_C_LAUNCHER=0`` in the environment, or a kernel that needs more
+  than a plain launch (global or profile scratch, a cluster, cooperative or
+  programmatic-dependent launch, more than 48 KiB of shared memory), or whose
+  PTX entry does not take exactly those parameters (and at most two trailing
+  scratch pointers, which are passed null as Triton passes them when the
+  kernel needs none).
+- ``launch(bound, stream, p0, p1, p2, p3) -> bool``: enqueue on ``stream`` (a
+  raw ``CUstream`` int); False, nothing enqueued, when the thread has no current
+  CUDA context. It checks nothing about the pointers but that they are
+  unsigned 64-bit ints: the caller has checked the arguments, and its plan
+  (grid and ints) belongs to their shapes and strides.
+
+Why: on the H200 host Triton's own launcher (``CompiledKernel.run``) took
+6.2-7.4 us a call: a Python frame that allocates scratch space, then a C
+function that parses some twenty arguments. This one parses six
+(``METH_FASTCALL``) and copies its parameter slots from the bound ones: 4.5 us
+a call there, nearly all of it the driver's ``cuLaunchKernel``.
+
+The C source (``cuda_launch.c``, its contract at its top) is compiled on first
+use with the C compiler Triton itself needs (``$CC``, else ``cc``, ``gcc`` or
+``clang``) against this Python's headers, and cached under
+``$KV_CANARY_CACHE_DIR`` (default ``~/.cache/kv-canary``) by a hash of the
+source, the Python version and the platform; it needs no CUDA header and finds
+the driver in the process (``dlopen("libcuda.so.1")``). Several processes may
+build at once: each writes its own file and renames it into place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("cuda_launch.c")
+MODULE = "_kv_canary_cuda_launch"
+DISABLE = "KV_CANARY_C_LAUNCHER"  # "0": never use this launcher
+POINTERS = 4  # flat_in, offsets, req_pool_indices, pool_out
+# Triton appends these pointer parameters to every kernel it compiles (global and
+# profile scratch; two since Triton 3.3), null when the kernel needs none.
+MAX_SCRATCH_POINTERS = 2
+# Above this, Triton sets the kernel's dynamic shared memory attribute before launching.
+MAX_PLAIN_SHARED = 48 * 1024
+
+_module = None
+_reason: str | None = None  # why the launcher is unavailable (None: not asked yet, or available)
+_tried = False
+
+
+def cache_dir() -> Path:
+    """Where compiled launchers are kept: ``$KV_CANARY_CACHE_DIR``, else ``~/.cache/kv-canary``."""
+    return Path(os.environ.get("KV_CANARY_CACHE_DIR") or Path.home() / ".cache" / "kv-canary")
+
+
+def compiler() -> str | None:
+    """The C compiler: ``$CC``, else the first of ``cc``, ``gcc``, ``clang`` on the PATH."""
+    return os.environ.get("CC") or next((found for name in ("cc", "gcc", "clang") if (found := shutil.which(name))), None)
+
+
+def _python_include() -> str:
+    scheme = sysconfig.get_default_scheme()
+    if scheme == "posix_local":  # Debian's scheme points at /usr/local, which has no headers
+        scheme = "posix_prefix"
+    return sysconfig.get_paths(scheme=scheme)["include"]
+
+
+def build() -> Path:
+    """The compiled module's path, compiling it first if the cache lacks it; raises why it cannot."""
+    source = SOURCE.read_bytes()
+    tag = hashlib.sha256(source + sys.version.encode() + sysconfig.get_platform().encode()).hexdigest()[:16]
+    target = cache_dir() / f"{MODULE}-{tag}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+    if target.exists():
+        return target
+    cc = compiler()
+    if cc is None:
+        raise OSError("no C compiler (set CC)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, partial = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".partial")
+    os.close(fd)
+    try:
+        command = [cc, "-O2", "-shared", "-fPIC", f"-I{_python_include()}", str(SOURCE), "-o", partial, "-ldl"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise OSError(f"{' '.join(command)} failed: {done.stderr.strip()[-2000:]}")
+        os.replace(partial, target)  # atomic: a concurrent build replaces it with the same bytes
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+    return target
+
+
+def load_module(path: Path):
+    """Import the compiled module at ``path`` (its init function is ``PyInit__kv_canary_cuda_launch``)."""
+    spec = importlib.util.spec_from_file_location(MODULE, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def module():
+    """The C module with the CUDA driver loaded, or None (``unavailable_reason()`` says why); tried once."""
+    global _module, _reason, _tried
+    if not _tried:
+        _tried = True
+        if os.environ.get(DISABLE) == "0":
+            _reason = f"{DISABLE}=0"
+        else:
+            try:
+                loaded = load_module(build())
+                loaded.load_driver()
+                _module = loaded
+            except (OSError, ImportError, subprocess.SubprocessError) as error:
+                _reason = f"{type(error).__name__}: {error}"
+    return _module
+
+
+def unavailable_reason() -> str | None:
+    """Why ``bind`` returns None for every kernel (None: the launcher loaded, or was not tried yet)."""
+    return _reason
+
+
+_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.([a-z])(\d+)\b([^,)]*)")
+
+
+def entry_params(ptx: str, name: str) -> tuple[int, ...] | None:
+    """Byte sizes of the parameters of PTX entry ``name``, in order; None if absent or not all scalars.
+
+    A scalar is ``.param .u64 ...``, ``.param .s32 ...`` etc.; an array
+    (``.param .align 64 .b8 desc[128]``, a tensor-map descriptor) is not.
+    """
+    found = re.search(r"\.entry\s+" + re.escape(name) + r"\s*\(([^)]*)\)", ptx)
+    if found is None:
+        return None
+    sizes = []
+    for declaration in filter(None, (d.strip() for d in found.group(1).split(","))):
+        match = _PARAM.match(declaration)
+        if match is None or "[" in match.group(3):
+            return None
+        sizes.append(int(match.group(2)) // 8)
+    return tuple(sizes)
+
+
+def plain_launch(metadata) -> bool:
+    """Whether Triton launches a kernel with this metadata by a plain launch with null scratch pointers."""
+    get = lambda field, default=0: getattr(metadata, field, default)  # noqa: E731 (fields vary by Triton version)
+    return (
+        not get("global_scratch_size") and not get("profile_scratch_size") and get("num_ctas", 1) == 1
+        and all(d == 1 for d in get("cluster_dims", ()) or ())
+        and not get("launch_pdl", False) and not get("launch_cooperative_grid", False)
+        and get("shared") <= MAX_PLAIN_SHARED
+    )
+
+
+def layout(sizes: tuple[int, ...] | None, n_ints: int) -> tuple[int, ...] | None:
+    """The parameter values after the pointers: ``n_ints`` ints, then a null per trailing scratch pointer; None if ``sizes`` is not that."""
+    if sizes is None:
+        return None
+    scratch = len(sizes) - POINTERS - n_ints
+    expected = (8,) * POINTERS + (4,) * n_ints + (8,) * scratch
+    return (0,) * scratch if 0 <= scratch <= MAX_SCRATCH_POINTERS and sizes == expected else None
+
+
+def bind(compiled, grid: tuple[int, int], ints: tuple[int, ...]) -> object | None:
+    """A bound launch of ``compiled`` (see the module docstring), or None."""
+    c = module()
+    metadata = getattr(compiled, "metadata", None)
+    if c is None or metadata is None or not plain_launch(metadata) or not all(-(2**31) <= i < 2**31 for i in ints):
+        return None
+    try:
+        sizes = entry_params(compiled.asm["ptx"], metadata.name)
+    except (KeyError, AttributeError, TypeError):
+        return None
+    scratch = layout(sizes, len(ints))
+    if scratch is None:
+        return None
+    return c.bind(compiled.function, *grid, 1, 32 * metadata.num_warps, metadata.shared, sizes, (*ints, *scratch),
+                  POINTERS, compiled)
+
+
+def launcher():
+    """The C ``launch(bound, stream, p0, p1, p2, p3) -> bool``, or None where the launcher is unavailable."""
+    c = module()
+    return None if c is None else c.launch

@@ -1,0 +1,47 @@
+"""``kv-canary bench`` measures JAX in a child process that never imports torch (``bench.jax_in_own_process``).
+
+On a CPU the child times XLA alone (the Pallas kernels need a GPU), which is
+enough to check the plumbing: the cases go in, every case's figures come back
+under its own key, and torch stays out of the child.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("jax")
+
+from kv_canary import bench  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CASES = [(1, 128, False, False), (2, 64, True, True)]
+
+
+def test_every_case_comes_back_with_its_jax_figures():
+    rows = bench.jax_in_own_process(CASES)
+    assert sorted(rows) == sorted(CASES)
+    for measures in rows.values():
+        assert measures["jax_xla_us"] > -1e3 and measures["jax_xla_wall_us"] > 0 and measures["jax_dispatch_floor_wall_us"] > 0
+
+
+def test_the_child_never_imports_torch():
+    script = (
+        "import runpy, sys\n"
+        f"sys.argv = ['bench', {bench.JAX_CHILD!r}, {json.dumps([list(CASES[0])])!r}]\n"
+        "runpy.run_module('kv_canary.bench', run_name='__main__')\n"
+        "assert 'torch' not in sys.modules, 'the JAX child imported torch'\n"
+    )
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [tuple(case) for case, _ in json.loads(done.stdout)] == [CASES[0]]
+
+
+def test_a_failing_child_raises():
+    with pytest.raises(RuntimeError, match="JAX measurements failed"):
+        bench.jax_in_own_process([("not a batch size", 128, False, False)])

@@ -1,0 +1,187 @@
+"""The C launcher of the Triton kernels (``kv_canary_torch.cuda_launch``): its build, its parameter layout, its refusals.
+
+Runs on a CPU machine: the C module is built and its packing checked without a
+driver, and the kernels' PTX entries come from compiling them for sm_90. What
+only a GPU can show (the launch itself, graphs, threads) is in test_torch_gpu.py.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from kv_canary.platform import cuda_available
+from kv_canary_torch import cuda_launch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def c_module(tmp_path_factory):
+    os.environ.setdefault("KV_CANARY_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    return cuda_launch.load_module(cuda_launch.build())
+
+
+def bound(c, sizes=(8, 8, 8, 8, 4, 4, 8, 8), values=(7, -1, 0, 0), function=0x1234, grid=(3, 2, 1), threads=64):
+    return c.bind(function, *grid, threads, 0, sizes, values, 4, "owner")
+
+
+def test_the_slots_hold_the_pointers_then_the_bound_ints(c_module):
+    slots = c_module.pack(bound(c_module), 1, 2**40 + 3, 0, 2**64 - 1)
+    assert len(slots) == 8 * 8
+    words = struct.unpack("<8Q", slots)
+    assert words[:4] == (1, 2**40 + 3, 0, 2**64 - 1)
+    assert struct.unpack("<i", slots[32:36]) == (7,) and struct.unpack("<i", slots[40:44]) == (-1,)
+    assert words[6:] == (0, 0)  # the scratch pointers, null
+
+
+def test_an_eight_byte_int_parameter_keeps_its_sign(c_module):
+    b = c_module.bind(1, 1, 1, 1, 32, 0, (8, 8, 8, 8, 8), (-(2**63),), 4, None)
+    assert struct.unpack("<q", c_module.pack(b, 0, 0, 0, 0)[32:]) == (-(2**63),)
+
+
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        (lambda c: c.pack(bound(c), 1, 2, 3), TypeError),  # a pointer short
+        (lambda c: c.pack(bound(c), 1, 2, 3, 4, 5), TypeError),
+        (lambda c: c.pack(bound(c), 1, 2, 3, -1), OverflowError),
+        (lambda c: c.pack(bound(c), 1, 2, 3, 2**64), OverflowError),
+        (lambda c: c.pack(bound(c), 1, 2, 3, 1.5), TypeError),
+        (lambda c: c.pack("not a bound launch", 1, 2, 3, 4), ValueError),
+        (lambda c: c.pack(), TypeError),
+        (lambda c: bound(c, values=(2**31, 0, 0, 0)), OverflowError),
+        (lambda c: bound(c, values=(-(2**31) - 1, 0, 0, 0)), OverflowError),
+        (lambda c: bound(c, values=(1, 2, 3)), ValueError),
+        (lambda c: bound(c, sizes=(8, 8, 8, 4, 4, 4, 8, 8)), ValueError),  # a pointer of 4 bytes
+        (lambda c: bound(c, sizes=(8, 8, 8, 8, 2, 4, 8, 8)), ValueError),
+        (lambda c: bound(c, sizes=(8,) * 40, values=(0,) * 36), ValueError),
+        (lambda c: bound(c, function=0), ValueError),
+        (lambda c: bound(c, grid=(0, 1, 1)), ValueError),
+        (lambda c: bound(c, grid=(2**31, 1, 1)), ValueError),
+        (lambda c: bound(c, threads=0), ValueError),
+    ],
+)
+def test_what_does_not_fit_is_refused(c_module, call, error):
+    with pytest.raises(error):
+        call(c_module)
+
+
+@pytest.mark.skipif(cuda_available(), reason="with a driver loaded a launch would run")
+def test_no_launch_without_a_driver(c_module):
+    with pytest.raises(OSError, match="libcuda"):
+        c_module.load_driver()
+    with pytest.raises(RuntimeError, match="not loaded"):
+        c_module.launch(bound(c_module), 0, 1, 2, 3, 4)
+
+
+def test_the_build_is_cached_and_a_failed_build_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("KV_CANARY_CACHE_DIR", str(tmp_path / "a"))
+    first = cuda_launch.build()
+    assert first.parent == tmp_path / "a" and cuda_launch.build() == first
+    assert [p.name for p in first.parent.iterdir()] == [first.name]  # no partial file left behind
+    monkeypatch.setenv("KV_CANARY_CACHE_DIR", str(tmp_path / "b"))
+    monkeypatch.setenv("CC", "false")
+    with pytest.raises(OSError, match="failed"):
+        cuda_launch.build()
+    assert list((tmp_path / "b").iterdir()) == []
+
+
+def test_unavailable_means_triton_keeps_launching(monkeypatch):
+    for name, value in (("_tried", False), ("_module", None), ("_reason", None)):
+        monkeypatch.setattr(cuda_launch, name, value)
+    monkeypatch.setenv(cuda_launch.DISABLE, "0")
+    assert cuda_launch.module() is None and cuda_launch.unavailable_reason() == "KV_CANARY_C_LAUNCHER=0"
+    assert cuda_launch.bind(SimpleNamespace(metadata=PLAIN), (1, 1), (1, 2)) is None
+
+
+PLAIN = SimpleNamespace(name="k", num_warps=4, shared=0, global_scratch_size=0, profile_scratch_size=0, num_ctas=1,
+                        launch_pdl=False, launch_cooperative_grid=False)
+
+
+@pytest.mark.parametrize(
+    "change, plain",
+    [
+        ({}, True),
+        ({"global_scratch_size": 8}, False),
+        ({"profile_scratch_size": 8}, False),
+        ({"num_ctas": 2}, False),
+        ({"cluster_dims": (2, 1, 1)}, False),
+        ({"cluster_dims": (1, 1, 1)}, True),
+        ({"launch_pdl": True}, False),
+        ({"launch_cooperative_grid": True}, False),
+        ({"shared": 48 * 1024 + 1}, False),
+    ],
+)
+def test_only_a_plain_launch_is_taken(change, plain):
+    assert cuda_launch.plain_launch(SimpleNamespace(**{**vars(PLAIN), **change})) is plain
+
+
+def test_entry_params_reads_scalars_and_refuses_arrays():
+    ptx = (
+        ".visible .entry other(\n\t.param .u32 other_param_0\n)\n"
+        ".visible .entry k(\n\t.param .u64 .ptr .global .align 1 k_param_0,\n\t.param .u32 k_param_1,\n"
+        "\t.param .s64 k_param_2\n)\n.reqntid 128\n{"
+    )
+    assert cuda_launch.entry_params(ptx, "k") == (8, 4, 8)
+    assert cuda_launch.entry_params(ptx, "other") == (4,)
+    assert cuda_launch.entry_params(ptx, "missing") is None
+    assert cuda_launch.entry_params(".entry k(\n\t.param .align 64 .b8 k_param_0[128]\n)", "k") is None
+
+
+@pytest.mark.parametrize(
+    "sizes, n_ints, values",
+    [
+        ((8, 8, 8, 8, 4, 4), 2, ()),
+        ((8, 8, 8, 8, 4, 4, 8), 2, (0,)),
+        ((8, 8, 8, 8, 4, 4, 8, 8), 2, (0, 0)),
+        ((8, 8, 8, 8, 4, 4, 8, 8, 8), 2, None),  # three trailing pointers: not Triton's scratch
+        ((8, 8, 8, 8, 4, 8, 8, 8), 2, None),  # an int of 8 bytes: the kernel was specialized otherwise
+        ((8, 8, 8, 8, 4), 2, None),  # an int missing (specialized to a constant)
+        ((8, 8, 8, 4, 4, 4), 2, None),
+        (None, 2, None),
+    ],
+)
+def test_the_layout_must_be_four_pointers_the_ints_and_scratch(sizes, n_ints, values):
+    assert cuda_launch.layout(sizes, n_ints) == values
+
+
+# Both kernels compiled for sm_90 as the launcher's plans launch them (i32 ints, 16-byte aligned pointers): the
+# C launcher takes each of them, with the plan's ints. A fresh process: this one may run Triton interpreted.
+KERNELS_BIND = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kv_canary_torch import cuda_launch, triton_kernel as k, triton_launch as launch
+aligned = {(i,): [["tt.divisibility", 16]] for i in range(4)}
+pointers = dict(flat_in_ptr="*i64", offsets_ptr="*i64", rows_ptr="*i64", pool_ptr="*i32")
+for bs, width, n_tokens, flat_stride, kind in ((64, 2049, 64 * 2048, 1, launch.TILED), (64, 2049, 64 * 2048, 2, launch.LANES),
+                                               (4, 33, 100, 1, launch.LANES)):
+    plan = launch._plan((bs, n_tokens, bs + 1, width, width, 1, flat_stride, 1, 1, 0))
+    assert plan.kernel == kind and plan.small_ints
+    fn = k.scatter_req_token_ids_tiled_kernel if kind == launch.TILED else k.scatter_req_token_ids_kernel
+    names = [n for n in fn.arg_names if n not in pointers and n not in ("BLOCK", "WIDE", "STREAM")]
+    constexprs = dict(zip(("BLOCK", "WIDE", "STREAM"), plan.constexprs))
+    signature = dict(pointers, **{n: "i32" for n in names}, **{n: "constexpr" for n in constexprs})
+    source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=aligned)
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": plan.shape[1]})
+    assert len(names) == len(plan.ints), (names, plan.ints)
+    sizes = cuda_launch.entry_params(compiled.asm["ptx"], compiled.metadata.name)
+    assert cuda_launch.plain_launch(compiled.metadata), compiled.metadata
+    assert cuda_launch.layout(sizes, len(plan.ints)) is not None, sizes
+    assert f".reqntid {32 * plan.shape[1]}" in compiled.asm["ptx"]  # the threads the launcher gives it
+print("bindable")
+"""
+
+
+@pytest.mark.skipif(cuda_available(), reason="on a GPU test_torch_gpu.py binds the compiled kernels themselves")
+def test_both_kernels_compiled_for_sm90_are_plain_launches():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    done = subprocess.run([sys.executable, "-c", KERNELS_BIND], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "bindable" in done.stdout, done.stderr[-3000:]
