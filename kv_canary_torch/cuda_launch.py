@@ -79,11 +79,11 @@ def _python_include() -> str:
     return sysconfig.get_paths(scheme=scheme)["include"]
 
 
-def build() -> Path:
-    """The compiled module's path, compiling it first if the cache lacks it; raises why it cannot."""
+def build(cache: Path | None = None) -> Path:
+    """The compiled module's path in ``cache`` (default ``cache_dir()``), compiled first if absent; raises why it cannot."""
     source = SOURCE.read_bytes()
     tag = hashlib.sha256(source + sys.version.encode() + sysconfig.get_platform().encode()).hexdigest()[:16]
-    target = cache_dir() / f"{MODULE}-{tag}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+    target = (cache or cache_dir()) / f"{MODULE}-{tag}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
     if target.exists():
         return target
     cc = compiler()

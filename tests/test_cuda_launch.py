@@ -23,8 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="module")
 def c_module(tmp_path_factory):
-    os.environ.setdefault("KV_CANARY_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-    return cuda_launch.load_module(cuda_launch.build())
+    return cuda_launch.load_module(cuda_launch.build(tmp_path_factory.mktemp("cache")))
 
 
 def bound(c, sizes=(8, 8, 8, 8, 4, 4, 8, 8), values=(7, -1, 0, 0), function=0x1234, grid=(3, 2, 1), threads=64):
@@ -81,7 +80,7 @@ def test_no_launch_without_a_driver(c_module):
 
 
 def test_the_build_is_cached_and_a_failed_build_says_why(tmp_path, monkeypatch):
-    monkeypatch.setenv("KV_CANARY_CACHE_DIR", str(tmp_path / "a"))
+    monkeypatch.setenv("KV_CANARY_CACHE_DIR", str(tmp_path / "a"))  # the default cache
     first = cuda_launch.build()
     assert first.parent == tmp_path / "a" and cuda_launch.build() == first
     assert [p.name for p in first.parent.iterdir()] == [first.name]  # no partial file left behind
