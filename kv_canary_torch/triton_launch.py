@@ -114,20 +114,17 @@ def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch
         req_pool_indices.shape[0], flat_in.shape[0], n_rows, width, stride_row, stride_col,
         flat_in.stride(0), offsets.stride(0), req_pool_indices.stride(0), device,
     )
-    bound = _bound.get(key)
-    if bound is not None:  # the C launcher, bound to this shape (_FastLaunch)
-        pointers = (flat_in.data_ptr(), offsets.data_ptr(), req_pool_indices.data_ptr(), pool_out.data_ptr())
-        if _fast.may_launch(pointers, device) and _fast.c_launch(bound, _raw_stream(device), *pointers):
-            return
+    pointers = (flat_in.data_ptr(), offsets.data_ptr(), req_pool_indices.data_ptr(), pool_out.data_ptr())
+    bound = _bound.get(key)  # the C launcher, bound to this shape (_FastLaunch)
+    if bound is not None and _fast.may_launch(pointers, device) and _fast.c_launch(bound, _raw_stream(device), *pointers):
+        return
     plan = _plans.get(key) or _plan(key)
     if plan is _NOTHING:
         return
     compiled = _fast.compiled.get(plan.variant)
-    if compiled is not None:
-        pointers = (flat_in.data_ptr(), offsets.data_ptr(), req_pool_indices.data_ptr(), pool_out.data_ptr())
-        if _fast.launch(compiled, plan, pointers, device):
-            _fast.bind(key, compiled, plan)
-            return
+    if compiled is not None and _fast.launch(compiled, plan, pointers, device):
+        _fast.bind(key, compiled, plan)
+        return
     module = _module or kernel_module()
     args = (flat_in, offsets, req_pool_indices, pool_out, *plan.ints)
     block, warps, _, stream = plan.shape
@@ -141,7 +138,6 @@ def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch
         with torch.cuda.device(device):
             compiled = kernel[plan.grid](*args, **meta)
     if device >= 0:
-        pointers = (flat_in.data_ptr(), offsets.data_ptr(), req_pool_indices.data_ptr(), pool_out.data_ptr())
         _fast.remember(key, compiled, plan, pointers)
 
 
