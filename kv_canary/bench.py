@@ -427,7 +427,7 @@ def run(args) -> int:
         return 2
     from shared_spec.reference import scatter_reference
 
-    selected = [c for c in CASES if not args.quick or c[0] * c[1] <= 2**21]
+    selected = selected_cases(args)
     jax_rows = {} if args.no_jax else jax_in_own_process(selected)
     bw = copy_bandwidth(torch, triton)
     meta = versions() | {"copy_bw_tbs": bw / 1e12, "empty_kernel_us": empty_kernel_us(torch, triton)}
@@ -447,12 +447,7 @@ def run(args) -> int:
         width = inputs[3].shape[1]
         row = Row(bs, seq, ragged, width, tokens, BYTES_PER_TOKEN * tokens / bw * 1e6, measures)
         rows.append(row)
-        print(
-            f"bs={bs} seq={seq} ragged={ragged} width={width} tokens={tokens}: "
-            + ", ".join(f"{k}={v:.2f}" for k, v in measures.items()),
-            file=sys.stderr,  # progress: stdout carries only the table or the JSON
-            flush=True,
-        )
+        progress(f"bs={bs} seq={seq} ragged={ragged} width={width} tokens={tokens}", measures)
     return _output(args, rows, meta, render(rows, meta), PERFORMANCE_HEADER)
 
 
@@ -465,7 +460,8 @@ def jax_in_own_process(cases) -> dict[tuple, dict]:
     of the chain, at every case timed (kernel durations, and the
     Triton-lowered kernel's gaps, unchanged; ``benchmarks/jax_kernel_times.py
     --torch work``). A JAX serving process runs no torch. The child's progress
-    goes to stderr; a failure raises with its stderr's tail.
+    and any traceback go to this process's stderr; a failure raises
+    RuntimeError.
     """
     command = [sys.executable, "-m", "kv_canary.bench", JAX_CHILD, json.dumps([list(c) for c in cases])]
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True)
@@ -479,22 +475,46 @@ JAX_CHILD = "--jax-cases"
 
 def jax_child(cases) -> None:
     """The child of ``jax_in_own_process``: ``[[case, measures], ...]`` as JSON on stdout."""
+    out = []
+    for case, _, measures in jax_cases(cases, ("pallas", "mosaic", "xla")):
+        out.append([list(case), measures])
+        progress("jax bs={} seq={} ragged={} aligned={}".format(*case), measures)
+    print(json.dumps(out))
+
+
+def jax_cases(cases, candidates):
+    """``(case, inputs, measures)`` per case, lazily: ``bench_jax`` of the ``candidates`` that run here, in this process.
+
+    Enables x64 for this process first, at once (the command's choice; the
+    library never sets it).
+    """
     import jax
 
-    jax.config.update("jax_enable_x64", True)  # this process's choice; the library never sets it
+    jax.config.update("jax_enable_x64", True)
     from kv_canary_jax import available_implementations
+
+    impls = [i for i in candidates if i in available_implementations()]
+    return (_jax_case(case, impls) for case in cases)
+
+
+def _jax_case(case, impls):
     from shared_spec.reference import scatter_reference
 
-    impls = [i for i in ("pallas", "mosaic", "xla") if i in available_implementations()]
-    out = []
-    for bs, seq, ragged, aligned in cases:
-        inputs = make_inputs(bs, seq, ragged, aligned=aligned)
-        measures: dict = {}
-        bench_jax(inputs, scatter_reference(*inputs), measures, impls)
-        out.append([[bs, seq, ragged, aligned], measures])
-        print(f"jax bs={bs} seq={seq} ragged={ragged} aligned={aligned}: "
-              + ", ".join(f"{k}={v:.2f}" for k, v in measures.items()), file=sys.stderr, flush=True)
-    print(json.dumps(out))
+    bs, seq, ragged, aligned = case
+    inputs = make_inputs(bs, seq, ragged, aligned=aligned)
+    measures: dict = {}
+    bench_jax(inputs, scatter_reference(*inputs), measures, impls)
+    return (bs, seq, ragged, aligned), inputs, measures
+
+
+def selected_cases(args) -> list[tuple]:
+    """``CASES``, or with ``--quick`` those of at most 2M tokens."""
+    return [c for c in CASES if not args.quick or c[0] * c[1] <= 2**21]
+
+
+def progress(label: str, measures: dict) -> None:
+    """One status line per case on stderr: stdout carries only the table, the JSON or the child's result."""
+    print(f"{label}: " + ", ".join(f"{k}={v:.2f}" for k, v in measures.items()), file=sys.stderr, flush=True)
 
 
 def _output(args, rows: list[Row], meta: dict, table: str, header: str) -> int:
@@ -569,19 +589,12 @@ def run_tpu(args) -> int:
     """``kv-canary bench`` on a TPU: ``mosaic_tpu`` against ``xla`` over ``CASES`` (see the module docstring)."""
     import jax
 
-    jax.config.update("jax_enable_x64", True)  # this command's process only; the library never sets it
-    from kv_canary_jax import available_implementations
-    from shared_spec.reference import scatter_reference
-
-    impls = [i for i in TPU_IMPLEMENTATIONS if i in available_implementations()]
+    cases = jax_cases(selected_cases(args), TPU_IMPLEMENTATIONS)
     bw = tpu_bandwidth()
     meta = versions() | {"device": jax.devices()[0].device_kind, "hbm_bandwidth_tbs": bw and bw / 1e12}
     rows = []
-    for bs, seq, ragged, aligned in [c for c in CASES if not args.quick or c[0] * c[1] <= 2**21]:
-        inputs = make_inputs(bs, seq, ragged, aligned=aligned)
+    for (bs, seq, ragged, _), inputs, measures in cases:
         tokens = int(inputs[0].shape[0])
-        measures: dict = {}
-        bench_jax(inputs, scatter_reference(*inputs), measures, impls)
         # The floor: the bytes the kernel and its conversion move, at the chip's HBM bandwidth.
         floor_us = TPU_BYTES_PER_TOKEN * tokens / bw * 1e6 if bw else 0.0
         mosaic_us = measures.get("jax_mosaic_tpu_us")
@@ -590,8 +603,7 @@ def run_tpu(args) -> int:
         if mosaic_us and floor_us:
             measures["mosaic_tpu_over_floor"] = mosaic_us / floor_us
         rows.append(Row(bs, seq, ragged, int(inputs[3].shape[1]), tokens, floor_us, measures))
-        print(f"bs={bs} seq={seq} ragged={ragged} tokens={tokens}: "
-              + ", ".join(f"{k}={v:.2f}" for k, v in measures.items()), file=sys.stderr, flush=True)
+        progress(f"bs={bs} seq={seq} ragged={ragged} tokens={tokens}", measures)
     lines = table_lines(rows, TPU_COLUMNS)
     table = f"Machine and versions: {', '.join(f'{k} {v}' for k, v in meta.items())}.\n\n" + "\n".join(lines)
     return _output(args, rows, meta, table, TPU_PERFORMANCE_HEADER)
