@@ -1,4 +1,4 @@
-"""Where the host time of one torch launch goes (GPU): checks, backend choice, the C launcher or Triton's.
+"""Where the host time of one torch launch goes (GPU): the C call path, or checks, backend choice, the C launcher or Triton's.
 
     python benchmarks/host_overhead.py
 
@@ -57,6 +57,9 @@ def main():
             *plan.grid, 1, raw, compiled.function, compiled.packed_metadata, None, None, None,
             *pointers, *plan.ints, *plan.constexprs,
         )
+    if triton_launch._signature is not None:  # the C call path: what the launcher runs for a remembered signature
+        rows_out["C call path alone (call_bound)"] = lambda: triton_launch.call_bound("auto", flat_in, offsets, rows, pool)
+        rows_out["its signature alone"] = lambda: triton_launch._signature("auto", flat_in, offsets, rows, pool)
     key = next((k for k in triton_launch._bound if k[:2] == (rows.shape[0], flat_in.shape[0])), None)
     if key is not None:
         bound, c_launch = triton_launch._bound[key], triton_launch._fast.c_launch
@@ -66,7 +69,11 @@ def main():
         rows_out["data_ptr x4"] = lambda: (flat_in.data_ptr(), offsets.data_ptr(), rows.data_ptr(), pool.data_ptr())
     for name, fn in rows_out.items():
         print(f"{name:32s} {per_call(fn):7.2f} us")
-    # The same launcher with the C launcher declined for this kernel: Triton's compiled launcher instead.
+    # The launcher without the call path (every call checked in Python, then the C launch), then with the C
+    # launcher declined for this kernel: Triton's compiled launcher instead.
+    with triton_launch.without_call_path():
+        print(f"{'launcher (auto), checked path':32s} {per_call(rows_out['launcher (auto)']):7.2f} us")
+    triton_launch._memo.clear()
     triton_launch._bound.clear()
     triton_launch._fast.c_declined.add(plan.variant)
     print(f"{'launcher (auto), no C launcher':32s} {per_call(rows_out['launcher (auto)']):7.2f} us")

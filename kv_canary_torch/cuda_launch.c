@@ -25,6 +25,32 @@
  *       The parameter slots `launch` would pass (8 bytes per parameter, a 4-byte one in the slot's first
  *       bytes): for tests; touches no driver.
  *
+ * The call path: a whole launcher call in C, for argument signatures that have passed the checked path before.
+ *
+ *   configure(memo, tensor_type, hooks_idle, raw_stream, current_device) -> None
+ *       `memo` is a dict from signature (below) to bound launch, which the caller fills after a call with that
+ *       signature passed its checks and launched through a bound launch; `tensor_type` is the exact type the
+ *       four arguments must have (torch.Tensor: no subclass, no other framework's array); `hooks_idle()` is
+ *       true when no launch hook is installed; `raw_stream(device)` is the device's current stream as an int;
+ *       `current_device()` is the current device's index, or None where the process sees one device.
+ *   signature(backend, flat_in, offsets, req_pool_indices, pool_out) -> tuple | None
+ *       (backend, then per argument: layout, dtype, shape, stride(), device); None when `backend` is
+ *       not exactly a str, an argument is not exactly `tensor_type`, or reading one raises (the error is
+ *       cleared). TypeError for a wrong argument count, RuntimeError before `configure`. Every argument check of the spec and
+ *       every launch choice is a function of these, so two calls with equal signatures pass or fail the same
+ *       checks and get the same launch.
+ *   call(backend, flat_in, offsets, req_pool_indices, pool_out) -> bool
+ *       Launches the memo's bound launch for the arguments' signature with their data pointers, on
+ *       `raw_stream(pool_out.device.index)`, and returns True; returns False, with nothing launched, when the
+ *       signature is not in the memo, a pointer is not 16-byte aligned (the bound kernel's specialization), a
+ *       hook is installed, the current device is not pool_out's, or the thread has no CUDA context. An error
+ *       from reading the arguments is cleared (False: the checked path reports it); a driver refusal raises
+ *       RuntimeError, as `launch` does.
+ *   planned(backend, flat_in, offsets, req_pool_indices, pool_out) -> (bound, stream, pointers) | None
+ *       What `call` would launch, launching nothing: for tests.
+ *   served() -> int
+ *       How many launches `call` has made.
+ *
  * No CUDA header is needed: the three driver functions are declared here with the driver API's types
  * (CUresult is an int, the handles are pointers) and looked up with dlsym.
  */
@@ -200,6 +226,15 @@ static Bound *fill(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t before, u
     return bound;
 }
 
+/* RuntimeError naming the driver's error; NULL. */
+static PyObject *launch_error(CUresult result) {
+    const char *name = NULL;
+    if (get_error_name(result, &name) != 0) name = NULL;
+    PyErr_Format(PyExc_RuntimeError, "kv-canary: cuLaunchKernel failed: %s (%d)", name ? name : "unknown error",
+                 result);
+    return NULL;
+}
+
 static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     uint64_t slots[MAX_PARAMS];
     void *params[MAX_PARAMS];
@@ -218,13 +253,7 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     result = launch_kernel(bound->function, bound->grid[0], bound->grid[1], bound->grid[2], bound->threads, 1, 1,
                            bound->shared, stream, params, NULL);
     Py_END_ALLOW_THREADS
-    if (result != 0) {
-        const char *name = NULL;
-        if (get_error_name(result, &name) != 0) name = NULL;
-        PyErr_Format(PyExc_RuntimeError, "kv-canary: cuLaunchKernel failed: %s (%d)", name ? name : "unknown error",
-                     result);
-        return NULL;
-    }
+    if (result != 0) return launch_error(result);
     Py_RETURN_TRUE;
 }
 
@@ -236,11 +265,202 @@ static PyObject *pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return PyBytes_FromStringAndSize((const char *)slots, sizeof(uint64_t) * bound->n_params);
 }
 
+
+/* The call path (see the contract at the top). */
+static PyObject *memo, *tensor_type, *hooks_idle, *raw_stream, *current_device;
+static PyObject *s_layout, *s_dtype, *s_shape, *s_stride, *s_device, *s_index, *s_data_ptr;
+static unsigned long long served_calls;
+#define N_TENSORS 4
+#define PER_TENSOR 5 /* layout, dtype, shape, stride(), device */
+
+static PyObject *configure(PyObject *self, PyObject *args) {
+    PyObject *m, *t, *h, *r, *d;
+    if (!PyArg_ParseTuple(args, "O!O!OOO", &PyDict_Type, &m, &PyType_Type, &t, &h, &r, &d)) return NULL;
+    if (!PyCallable_Check(h) || !PyCallable_Check(r) || (d != Py_None && !PyCallable_Check(d))) {
+        PyErr_SetString(PyExc_TypeError, "hooks_idle, raw_stream and current_device (or None) must be callable");
+        return NULL;
+    }
+    if (s_dtype == NULL) {
+        s_layout = PyUnicode_InternFromString("layout");
+        s_dtype = PyUnicode_InternFromString("dtype");
+        s_shape = PyUnicode_InternFromString("shape");
+        s_stride = PyUnicode_InternFromString("stride");
+        s_device = PyUnicode_InternFromString("device");
+        s_index = PyUnicode_InternFromString("index");
+        s_data_ptr = PyUnicode_InternFromString("data_ptr");
+        if (!s_layout || !s_dtype || !s_shape || !s_stride || !s_device || !s_index || !s_data_ptr) return NULL;
+    }
+    Py_INCREF(m); Py_XSETREF(memo, m);
+    Py_INCREF(t); Py_XSETREF(tensor_type, t);
+    Py_INCREF(h); Py_XSETREF(hooks_idle, h);
+    Py_INCREF(r); Py_XSETREF(raw_stream, r);
+    if (d == Py_None) Py_CLEAR(current_device);
+    else { Py_INCREF(d); Py_XSETREF(current_device, d); }
+    Py_RETURN_NONE;
+}
+
+/* The signature of args[0..4] (backend, four tensors): a new tuple; NULL with no error set when they have none. */
+static PyObject *make_signature(PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 1 + N_TENSORS) {
+        PyErr_Format(PyExc_TypeError, "expected backend and %d arguments, got %zd", N_TENSORS, nargs);
+        return NULL;
+    }
+    if (memo == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the call path is not configured (configure)");
+        return NULL;
+    }
+    if (!PyUnicode_CheckExact(args[0])) return NULL;
+    for (int i = 1; i <= N_TENSORS; ++i)
+        if (Py_TYPE(args[i]) != (PyTypeObject *)tensor_type) return NULL;
+    PyObject *sig = PyTuple_New(1 + N_TENSORS * PER_TENSOR);
+    if (sig == NULL) return NULL;
+    Py_INCREF(args[0]);
+    PyTuple_SET_ITEM(sig, 0, args[0]);
+    for (int i = 0; i < N_TENSORS; ++i) {
+        PyObject *t = args[1 + i];
+        PyObject *items[PER_TENSOR] = {
+            PyObject_GetAttr(t, s_layout), PyObject_GetAttr(t, s_dtype), PyObject_GetAttr(t, s_shape), PyObject_CallMethodNoArgs(t, s_stride),
+            PyObject_GetAttr(t, s_device),
+        };
+        for (int k = 0; k < PER_TENSOR; ++k) PyTuple_SET_ITEM(sig, 1 + i * PER_TENSOR + k, items[k]);
+        for (int k = 0; k < PER_TENSOR; ++k) {
+            if (items[k] == NULL) {
+                Py_DECREF(sig);
+                return NULL; /* an error is set */
+            }
+        }
+    }
+    return sig;
+}
+
+static PyObject *signature(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *sig = make_signature(args, nargs);
+    if (sig != NULL) return sig;
+    if (PyErr_Occurred()) {
+        if (memo == NULL || nargs != 1 + N_TENSORS) return NULL;
+        PyErr_Clear(); /* an argument whose metadata cannot be read (a sparse tensor's strides): no signature */
+    }
+    Py_RETURN_NONE;
+}
+
+/* What call() launches: 1 with *capsule (a new reference: the callbacks below may drop the memo's), *bound (its
+ * launch), *stream and pointers[] set; 0 when it launches nothing (no error set); -1 on an error that must
+ * propagate (the call path unconfigured, a wrong argument count). */
+static int plan_call(PyObject *const *args, Py_ssize_t nargs, Bound **bound, PyObject **capsule, CUstream *stream,
+                     uint64_t *pointers) {
+    PyObject *sig = make_signature(args, nargs);
+    if (sig == NULL) {
+        if (PyErr_Occurred()) {
+            if (memo == NULL || nargs != 1 + N_TENSORS) return -1;
+            PyErr_Clear();
+        }
+        return 0;
+    }
+    PyObject *found = PyDict_GetItemWithError(memo, sig); /* borrowed */
+    Py_XINCREF(found);
+    int ok = 0;
+    PyObject *device = NULL;
+    if (found == NULL) {
+        Py_DECREF(sig);
+        goto done;
+    }
+    device = PyObject_GetAttr(PyTuple_GET_ITEM(sig, N_TENSORS * PER_TENSOR), s_index); /* pool_out.device.index */
+    Py_DECREF(sig);
+    if (device == NULL) goto done;
+    *bound = (Bound *)PyCapsule_GetPointer(found, CAPSULE_NAME);
+    if (*bound == NULL || (*bound)->n_pointers != N_TENSORS) goto done;
+    uint64_t any = 0;
+    for (int i = 0; i < N_TENSORS; ++i) {
+        PyObject *p = PyObject_CallMethodNoArgs(args[1 + i], s_data_ptr);
+        if (p == NULL) goto done;
+        pointers[i] = (uint64_t)PyLong_AsUnsignedLongLong(p);
+        Py_DECREF(p);
+        if (pointers[i] == (uint64_t)-1 && PyErr_Occurred()) goto done;
+        any |= pointers[i];
+    }
+    if (any & 15) goto done;
+    PyObject *idle = PyObject_CallNoArgs(hooks_idle);
+    if (idle == NULL) goto done;
+    int is_idle = PyObject_IsTrue(idle);
+    Py_DECREF(idle);
+    if (is_idle != 1) goto done;
+    if (current_device != NULL) {
+        PyObject *now = PyObject_CallNoArgs(current_device);
+        if (now == NULL) goto done;
+        int same = PyObject_RichCompareBool(now, device, Py_EQ);
+        Py_DECREF(now);
+        if (same != 1) goto done;
+    }
+    PyObject *s = PyObject_CallOneArg(raw_stream, device);
+    if (s == NULL) goto done;
+    *stream = (CUstream)PyLong_AsVoidPtr(s);
+    Py_DECREF(s);
+    if (*stream == NULL && PyErr_Occurred()) goto done;
+    ok = 1;
+    *capsule = found;
+done:
+    Py_XDECREF(device);
+    if (!ok) {
+        Py_XDECREF(found);
+        PyErr_Clear();
+    }
+    return ok;
+}
+
+static PyObject *call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Bound *bound;
+    PyObject *capsule;
+    CUstream stream;
+    uint64_t pointers[N_TENSORS];
+    int planned = plan_call(args, nargs, &bound, &capsule, &stream, pointers);
+    if (planned < 0) return NULL;
+    if (planned == 0) Py_RETURN_FALSE;
+    CUcontext context = NULL;
+    if (launch_kernel == NULL || ctx_get_current(&context) != 0 || context == NULL) {
+        Py_DECREF(capsule);
+        Py_RETURN_FALSE;
+    }
+    uint64_t slots[MAX_PARAMS];
+    void *params[MAX_PARAMS];
+    memcpy(slots, bound->slots, sizeof(uint64_t) * bound->n_params);
+    memcpy(slots, pointers, sizeof pointers);
+    for (int i = 0; i < bound->n_params; ++i) params[i] = &slots[i];
+    CUresult result;
+    Py_BEGIN_ALLOW_THREADS
+    result = launch_kernel(bound->function, bound->grid[0], bound->grid[1], bound->grid[2], bound->threads, 1, 1,
+                           bound->shared, stream, params, NULL);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(capsule);
+    if (result != 0) return launch_error(result);
+    ++served_calls;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *planned(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Bound *bound;
+    PyObject *capsule;
+    CUstream stream;
+    uint64_t pointers[N_TENSORS];
+    int found = plan_call(args, nargs, &bound, &capsule, &stream, pointers);
+    if (found < 0) return NULL;
+    if (found == 0) Py_RETURN_NONE;
+    return Py_BuildValue("(NN(KKKK))", capsule, PyLong_FromVoidPtr(stream), (unsigned long long)pointers[0],
+                         (unsigned long long)pointers[1], (unsigned long long)pointers[2],
+                         (unsigned long long)pointers[3]);
+}
+
+static PyObject *served(PyObject *self, PyObject *unused) { return PyLong_FromUnsignedLongLong(served_calls); }
+
 static PyMethodDef methods[] = {
     {"load_driver", load_driver, METH_NOARGS, "Resolve the CUDA driver's launch functions (OSError if absent)."},
     {"bind", bind, METH_VARARGS, "Bind a kernel launch once: a capsule for launch()."},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, "launch(bound, stream, *pointers) -> bool"},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL, "pack(bound, *pointers) -> bytes (for tests)"},
+    {"configure", configure, METH_VARARGS, "configure(memo, tensor_type, hooks_idle, raw_stream, current_device)"},
+    {"signature", (PyCFunction)(void (*)(void))signature, METH_FASTCALL, "signature(backend, *arguments) -> tuple | None"},
+    {"call", (PyCFunction)(void (*)(void))call, METH_FASTCALL, "call(backend, *arguments) -> bool"},
+    {"planned", (PyCFunction)(void (*)(void))planned, METH_FASTCALL, "planned(backend, *arguments) -> tuple | None"},
+    {"served", served, METH_NOARGS, "served() -> int: launches made by call()"},
     {NULL, NULL, 0, NULL},
 };
 

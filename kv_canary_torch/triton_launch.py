@@ -23,7 +23,13 @@ How it launches (``_FastLaunch``): the first call of a shape compiles through
 Triton's generic ``kernel[grid](...)``; from then on one ``cuLaunchKernel``
 through the C launcher (``cuda_launch``), the shape's grid and ints bound once,
 or, where that launcher is unavailable (no C compiler, ``KV_CANARY_C_LAUNCHER=0``),
-Triton's own compiled launcher.
+Triton's own compiled launcher. Once a call's argument signature (each
+argument's layout, dtype, shape, strides and device, and the backend named) has passed
+the launcher's checks and launched through a bound launch, ``remember_call``
+puts it in ``_memo``, and the launcher's next call with that signature is one
+C call (``call_bound``, the C launcher's ``call``): no Python check, key or
+plan at all. Every argument check of the spec and every launch choice is a
+function of the signature, so the memo answers exactly what they would.
 
 Requests go on axis 0, which CUDA allows up to 2**31 - 1 (axes 1 and 2 stop
 at 65535), so there is no cap on ``bs`` below that. In the ``lanes`` kernel
@@ -41,6 +47,7 @@ count is a pure speed choice, from shapes only:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import NamedTuple
 
@@ -107,13 +114,8 @@ def interpreted() -> bool:
 
 def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch.Tensor, pool_out: torch.Tensor) -> None:
     """Enqueue the kernel; see the module docstring."""
-    n_rows, width = pool_out.shape
-    stride_row, stride_col = pool_out.stride()
-    device = pool_out.get_device()  # -1 on the CPU (the interpreter)
-    key = (
-        req_pool_indices.shape[0], flat_in.shape[0], n_rows, width, stride_row, stride_col,
-        flat_in.stride(0), offsets.stride(0), req_pool_indices.stride(0), device,
-    )
+    key = launch_key(flat_in, offsets, req_pool_indices, pool_out)
+    device = key[-1]
     pointers = (flat_in.data_ptr(), offsets.data_ptr(), req_pool_indices.data_ptr(), pool_out.data_ptr())
     bound = _bound.get(key)  # the C launcher, bound to this shape (_FastLaunch)
     if bound is not None and _fast.may_launch(pointers, device) and _fast.c_launch(bound, _raw_stream(device), *pointers):
@@ -141,12 +143,66 @@ def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch
         _fast.remember(key, compiled, plan, pointers)
 
 
+def launch_key(flat_in, offsets, req_pool_indices, pool_out) -> tuple:
+    """``(bs, N, R, C, stride_row, stride_col, flat_stride, offsets_stride, rows_stride, device)``: what a plan depends on."""
+    n_rows, width = pool_out.shape
+    stride_row, stride_col = pool_out.stride()
+    return (
+        req_pool_indices.shape[0], flat_in.shape[0], n_rows, width, stride_row, stride_col,
+        flat_in.stride(0), offsets.stride(0), req_pool_indices.stride(0),
+        pool_out.get_device(),  # -1 on the CPU (the interpreter)
+    )
+
+
+def _no_call(backend, flat_in, offsets, req_pool_indices, pool_out) -> bool:
+    """``call_bound`` before the C launcher has loaded: nothing is launched."""
+    return False
+
+
+# call_bound(backend, flat_in, offsets, req_pool_indices, pool_out) -> bool: the C
+# launcher's call (True: launched) once it has loaded, else _no_call.
+call_bound = _no_call
+_memo: dict[tuple, object] = {}  # argument signature -> bound launch (see the module docstring)
+_signature = None  # the C launcher's signature(), once loaded
+
+
+def remember_call(backend, flat_in, offsets, req_pool_indices, pool_out) -> None:
+    """After a checked launch with ``check_values=False``: let ``call_bound`` take the next call with these arguments' signature.
+
+    Only a signature whose launch key is bound to the C launcher is kept;
+    arguments that are not exactly ``torch.Tensor`` have no signature.
+    """
+    if _signature is None:
+        return
+    signature = _signature(backend, flat_in, offsets, req_pool_indices, pool_out)
+    if signature is None or signature in _memo:
+        return
+    bound = _bound.get(launch_key(flat_in, offsets, req_pool_indices, pool_out))
+    if bound is not None:
+        if len(_memo) >= PLAN_CACHE:
+            _memo.clear()
+        _memo[signature] = bound
+
+
+@contextlib.contextmanager
+def without_call_path():
+    """Inside, every launcher call takes the checked path (for benchmarks: what a signature's first call costs)."""
+    global call_bound, _signature
+    saved = call_bound, _signature
+    call_bound, _signature = _no_call, None
+    try:
+        yield
+    finally:
+        call_bound, _signature = saved
+
+
 def forget() -> None:
-    """Drop every cached plan, remembered kernel and bound launch (tests that change the launch constants)."""
+    """Drop every cached plan, remembered kernel, bound launch and remembered signature (tests that change the launch constants)."""
     _plans.clear()
     _fast.compiled.clear()
     _fast.c_declined.clear()
     _bound.clear()
+    _memo.clear()
 
 
 class _Plan(NamedTuple):
@@ -189,6 +245,7 @@ def _plan(key: tuple) -> _Plan:
     if len(_plans) >= PLAN_CACHE:
         _plans.clear()
         _bound.clear()
+        _memo.clear()
     _plans[key] = plan
     return plan
 
@@ -265,8 +322,18 @@ class _FastLaunch:
         if bound is None:  # the launcher is unavailable, or this kernel is not a plain launch: it stays so
             self.c_declined.add(plan.variant)
             return
-        self.c_launch = cuda_launch.launcher()
+        if self.c_launch is None:
+            self.c_launch = cuda_launch.launcher()
+            _configure_call_path(cuda_launch.module())
         _bound[key] = bound
+
+
+def _configure_call_path(c) -> None:
+    """Point ``call_bound`` at the C launcher's ``call``, over ``_memo`` and this module's hook, stream and device readers."""
+    global call_bound, _signature
+    current_device = (getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device) if _several_devices() else None
+    c.configure(_memo, torch.Tensor, _hooks_idle, _raw_stream, current_device)
+    _signature, call_bound = c.signature, c.call
 
 
 _runtime_knobs = None  # triton.knobs.runtime (Triton >= 3.4), looked up once

@@ -11,9 +11,11 @@ import os
 import struct
 import subprocess
 import sys
+import warnings
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from kv_canary.platform import cuda_available
 from kv_canary_torch import cuda_launch
@@ -184,3 +186,103 @@ def test_both_kernels_compiled_for_sm90_are_plain_launches():
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     done = subprocess.run([sys.executable, "-c", KERNELS_BIND], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "bindable" in done.stdout, done.stderr[-3000:]
+
+
+# The call path: a whole launcher call in C for a remembered argument signature.
+
+STREAM = 0x5000
+
+
+@pytest.fixture
+def call_path(c_module):
+    """The C module's call path over a fresh memo, hooks idle, one device; restored to a fresh memo after."""
+    memo = {}
+    c_module.configure(memo, torch.Tensor, lambda: True, lambda device: STREAM, None)
+    yield c_module, memo
+    c_module.configure({}, torch.Tensor, lambda: True, lambda device: STREAM, None)
+
+
+def cpu_arguments(width=100):
+    return (
+        torch.zeros(1000, dtype=torch.int64), torch.zeros(9, dtype=torch.int64),
+        torch.zeros(8, dtype=torch.int64), torch.zeros(10, width, dtype=torch.int32),
+    )
+
+
+def test_the_signature_is_each_arguments_dtype_shape_strides_and_device(call_path):
+    c, _ = call_path
+    args = cpu_arguments()
+    expected = ("auto", *(v for a in args for v in (a.layout, a.dtype, a.shape, a.stride(), a.device)))
+    assert c.signature("auto", *args) == expected
+    assert c.signature("auto", *args) == c.signature("auto", *(a.clone() for a in args))  # the data does not count
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda a: (a[0].to(torch.int32), *a[1:]),  # a dtype
+        lambda a: (a[0][:999], *a[1:]),  # a length
+        lambda a: (a[0][::2], *a[1:]),  # a stride
+        lambda a: (*a[:3], a[3].t().contiguous().t()),  # a pool's layout
+        lambda a: (*a[:3], a[3].unsqueeze(0)),  # a rank
+        lambda a: (a[0], a[1].to("meta"), *a[2:]),  # a device
+        lambda a: (a[0].to_sparse(), *a[1:]),  # a layout
+    ],
+)
+def test_any_difference_in_what_the_checks_read_is_another_signature(call_path, change):
+    c, _ = call_path
+    args = cpu_arguments()
+    assert c.signature("auto", *change(args)) != c.signature("auto", *args)
+
+
+def test_only_exact_tensors_and_a_str_backend_have_a_signature(call_path):
+    c, _ = call_path
+    args = cpu_arguments()
+    assert c.signature("triton", *args) != c.signature("auto", *args)
+    assert c.signature(["auto"], *args) is None and c.signature(b"auto", *args) is None
+    assert c.signature("auto", args[0].numpy(), *args[1:]) is None
+    assert c.signature("auto", *args[:3], torch.nn.Parameter(args[3], requires_grad=False)) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "Sparse CSR tensor support is in beta state"
+        csr = torch.zeros(10, 100, dtype=torch.int32).to_sparse_csr()  # stride() raises: no signature
+    assert type(csr) is torch.Tensor and c.signature("auto", *args[:3], csr) is None
+    with pytest.raises(TypeError):
+        c.signature("auto", *args[:3])
+
+
+def test_a_remembered_signature_plans_its_bound_launch_with_the_arguments_pointers(call_path):
+    c, memo = call_path
+    args = cpu_arguments()
+    assert c.planned("auto", *args) is None  # nothing remembered
+    launch = bound(c, sizes=(8, 8, 8, 8, 4), values=(5,))
+    memo[c.signature("auto", *args)] = launch
+    fresh = cpu_arguments()  # other tensors, the same signature
+    assert c.planned("auto", *fresh) == (launch, STREAM, tuple(a.data_ptr() for a in fresh))
+    assert c.planned("triton", *fresh) is None  # another backend named: not remembered
+    assert c.planned("auto", *cpu_arguments(width=101)) is None
+
+
+def test_no_launch_is_planned_for_unaligned_pointers_a_hook_or_another_device(c_module, call_path):
+    c, memo = call_path
+    args = cpu_arguments()
+    memo[c.signature("auto", *args)] = bound(c, sizes=(8, 8, 8, 8, 4), values=(5,))
+    shifted = torch.zeros(1001, dtype=torch.int64)[1:]  # 8 bytes past a 16-byte boundary
+    assert shifted.data_ptr() % 16 == 8 and c.signature("auto", shifted, *args[1:]) in memo
+    assert c.planned("auto", shifted, *args[1:]) is None
+    c.configure(memo, torch.Tensor, lambda: False, lambda device: STREAM, None)  # a launch hook installed
+    assert c.planned("auto", *args) is None
+    c.configure(memo, torch.Tensor, lambda: True, lambda device: STREAM, lambda: 1)  # current device 1, pool's None
+    assert c.planned("auto", *args) is None
+    c.configure(memo, torch.Tensor, lambda: True, lambda device: STREAM, lambda: None)
+    assert c.planned("auto", *args) is not None
+
+
+@pytest.mark.skipif(cuda_available(), reason="with a driver loaded a launch would run")
+def test_call_launches_nothing_without_a_driver(call_path):
+    c, memo = call_path
+    args = cpu_arguments()
+    memo[c.signature("auto", *args)] = bound(c, sizes=(8, 8, 8, 8, 4), values=(5,))
+    served = c.served()
+    assert c.call("auto", *args) is False and c.served() == served
+    with pytest.raises(TypeError):
+        c.call("auto", *args[:3])

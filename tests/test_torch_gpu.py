@@ -123,9 +123,11 @@ def test_cuda_graph_capture_and_replay():
         launch(flat_in, offsets, rows, pool)
     torch.cuda.current_stream().wait_stream(stream)
     assert_c_launcher_bound(flat_in, rows, pool)
+    served = c_calls()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         launch(flat_in, offsets, rows, pool)
+    assert c_calls() == served + 1  # captured through the call path: the warm-up remembered the signature
     for seed in (1, 2, 3):
         batch = fixed_shape_batch(seed, **shape)
         for target, source in zip(static, on_gpu(batch)):
@@ -284,6 +286,46 @@ def assert_c_launcher_bound(flat_in, rows, pool):
     assert cuda_launch.module() is not None, cuda_launch.unavailable_reason()
     keys = [k for k in triton_launch._bound if k[:4] == (rows.shape[0], flat_in.shape[0], *pool.shape)]
     assert keys, "the launch was not bound to the C launcher"
+
+
+def c_calls() -> int:
+    """Launches made so far by the C launcher's call path (``triton_launch.call_bound``)."""
+    from kv_canary_torch import cuda_launch
+
+    return cuda_launch.module().served()
+
+
+def test_a_remembered_signature_launches_in_one_c_call():
+    """After one checked launch, calls with the same signature go through the C call path; what it declines is checked."""
+    batch = large_batch(bs=16, width=700, seed=31)
+    flat_in, offsets, rows, _ = on_gpu(batch)
+    expected = scatter_reference(*batch)
+    launch(flat_in, offsets, rows, on_gpu(batch)[3])  # compiles, binds, remembers the signature
+    served = c_calls()
+    for _ in range(3):
+        pool = on_gpu(batch)[3]
+        launch(*(x.clone() for x in (flat_in, offsets, rows)), pool)  # other tensors, the same signature
+        np.testing.assert_array_equal(as_numpy(pool), expected)
+    assert c_calls() == served + 3
+    shifted = torch.cat([flat_in.new_zeros(1), flat_in])[1:]  # the same signature, 8 bytes off 16-byte alignment
+    for options, arguments in (
+        (dict(), (shifted, offsets, rows)),
+        (dict(check_values=True), (flat_in, offsets, rows)),
+        (dict(backend="torch"), (flat_in, offsets, rows)),
+        (dict(backend="triton"), (flat_in, offsets, rows)),  # another backend named: a signature of its own
+    ):
+        pool = on_gpu(batch)[3]
+        launch(*arguments, pool, **options)
+        np.testing.assert_array_equal(as_numpy(pool), expected)
+    assert c_calls() == served + 3
+    pool = on_gpu(batch)[3]
+    before = as_numpy(pool).copy()
+    with pytest.raises(errors.KvCanaryTypeError):  # another dtype: another signature, which the checks refuse
+        launch(flat_in.to(torch.int32), offsets, rows, pool)
+    np.testing.assert_array_equal(as_numpy(pool), before)
+    launch(flat_in, offsets, rows, pool, backend="triton")  # remembered by the call above
+    np.testing.assert_array_equal(as_numpy(pool), expected)
+    assert c_calls() == served + 4
 
 
 def test_the_c_launcher_on_a_thread_that_never_touched_cuda():
