@@ -235,13 +235,9 @@ static PyObject *launch_error(CUresult result) {
     return NULL;
 }
 
-static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    uint64_t slots[MAX_PARAMS];
-    void *params[MAX_PARAMS];
-    Bound *bound = fill(args, nargs, 2, slots, params);
-    if (bound == NULL) return NULL;
-    CUstream stream = (CUstream)PyLong_AsVoidPtr(args[1]);
-    if (stream == NULL && PyErr_Occurred()) return NULL;
+/* Enqueue `bound` with these parameters on `stream`: True; False (nothing enqueued) when the thread has no current
+ * CUDA context; NULL with RuntimeError when the driver is not loaded or refuses the launch. */
+static PyObject *enqueue(Bound *bound, CUstream stream, void **params) {
     if (launch_kernel == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the CUDA driver is not loaded (load_driver)");
         return NULL;
@@ -255,6 +251,16 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_END_ALLOW_THREADS
     if (result != 0) return launch_error(result);
     Py_RETURN_TRUE;
+}
+
+static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    uint64_t slots[MAX_PARAMS];
+    void *params[MAX_PARAMS];
+    Bound *bound = fill(args, nargs, 2, slots, params);
+    if (bound == NULL) return NULL;
+    CUstream stream = (CUstream)PyLong_AsVoidPtr(args[1]);
+    if (stream == NULL && PyErr_Occurred()) return NULL;
+    return enqueue(bound, stream, params);
 }
 
 static PyObject *pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -343,11 +349,20 @@ static PyObject *signature(PyObject *self, PyObject *const *args, Py_ssize_t nar
     Py_RETURN_NONE;
 }
 
-/* What call() launches: 1 with *capsule (a new reference: the callbacks below may drop the memo's), *bound (its
- * launch), *stream and pointers[] set; 0 when it launches nothing (no error set); -1 on an error that must
- * propagate (the call path unconfigured, a wrong argument count). */
-static int plan_call(PyObject *const *args, Py_ssize_t nargs, Bound **bound, PyObject **capsule, CUstream *stream,
-                     uint64_t *pointers) {
+/* What call() launches. */
+typedef struct {
+    PyObject *capsule; /* a new reference: the callbacks of plan_call may drop the memo's */
+    Bound *bound;      /* the capsule's launch */
+    CUstream stream;
+    uint64_t pointers[N_TENSORS];
+} Planned;
+
+/* 1 with *plan set; 0 when call() launches nothing (no error set); -1 on an error that must propagate (the call
+ * path unconfigured, a wrong argument count). */
+static int plan_call(PyObject *const *args, Py_ssize_t nargs, Planned *plan) {
+    Bound **bound = &plan->bound;
+    CUstream *stream = &plan->stream;
+    uint64_t *pointers = plan->pointers;
     PyObject *sig = make_signature(args, nargs);
     if (sig == NULL) {
         if (PyErr_Occurred()) {
@@ -397,7 +412,7 @@ static int plan_call(PyObject *const *args, Py_ssize_t nargs, Bound **bound, PyO
     Py_DECREF(s);
     if (*stream == NULL && PyErr_Occurred()) goto done;
     ok = 1;
-    *capsule = found;
+    plan->capsule = found;
 done:
     Py_XDECREF(device);
     if (!ok) {
@@ -408,45 +423,37 @@ done:
 }
 
 static PyObject *call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    Bound *bound;
-    PyObject *capsule;
-    CUstream stream;
-    uint64_t pointers[N_TENSORS];
-    int planned = plan_call(args, nargs, &bound, &capsule, &stream, pointers);
-    if (planned < 0) return NULL;
-    if (planned == 0) Py_RETURN_FALSE;
-    CUcontext context = NULL;
-    if (launch_kernel == NULL || ctx_get_current(&context) != 0 || context == NULL) {
-        Py_DECREF(capsule);
+    Planned plan;
+    int found = plan_call(args, nargs, &plan);
+    if (found <= 0) {
+        if (found < 0) return NULL;
         Py_RETURN_FALSE;
     }
     uint64_t slots[MAX_PARAMS];
     void *params[MAX_PARAMS];
-    memcpy(slots, bound->slots, sizeof(uint64_t) * bound->n_params);
-    memcpy(slots, pointers, sizeof pointers);
-    for (int i = 0; i < bound->n_params; ++i) params[i] = &slots[i];
-    CUresult result;
-    Py_BEGIN_ALLOW_THREADS
-    result = launch_kernel(bound->function, bound->grid[0], bound->grid[1], bound->grid[2], bound->threads, 1, 1,
-                           bound->shared, stream, params, NULL);
-    Py_END_ALLOW_THREADS
-    Py_DECREF(capsule);
-    if (result != 0) return launch_error(result);
-    ++served_calls;
-    Py_RETURN_TRUE;
+    memcpy(slots, plan.bound->slots, sizeof(uint64_t) * plan.bound->n_params);
+    memcpy(slots, plan.pointers, sizeof plan.pointers);
+    for (int i = 0; i < plan.bound->n_params; ++i) params[i] = &slots[i];
+    PyObject *launched = enqueue(plan.bound, plan.stream, params);
+    Py_DECREF(plan.capsule);
+    if (launched == NULL && launch_kernel == NULL) { /* no driver: nothing launched, the caller takes its way */
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    if (launched == Py_True) ++served_calls;
+    return launched;
 }
 
 static PyObject *planned(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    Bound *bound;
-    PyObject *capsule;
-    CUstream stream;
-    uint64_t pointers[N_TENSORS];
-    int found = plan_call(args, nargs, &bound, &capsule, &stream, pointers);
-    if (found < 0) return NULL;
-    if (found == 0) Py_RETURN_NONE;
-    return Py_BuildValue("(NN(KKKK))", capsule, PyLong_FromVoidPtr(stream), (unsigned long long)pointers[0],
-                         (unsigned long long)pointers[1], (unsigned long long)pointers[2],
-                         (unsigned long long)pointers[3]);
+    Planned plan;
+    int found = plan_call(args, nargs, &plan);
+    if (found <= 0) {
+        if (found < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    return Py_BuildValue("(NN(KKKK))", plan.capsule, PyLong_FromVoidPtr(plan.stream),
+                         (unsigned long long)plan.pointers[0], (unsigned long long)plan.pointers[1],
+                         (unsigned long long)plan.pointers[2], (unsigned long long)plan.pointers[3]);
 }
 
 static PyObject *served(PyObject *self, PyObject *unused) { return PyLong_FromUnsignedLongLong(served_calls); }
