@@ -13,7 +13,7 @@ import time
 import torch
 
 from kv_canary.bench import make_inputs
-from kv_canary_torch import backends, cuda_launch, launch_scatter_req_token_ids_kernel as launch, triton_launch
+from kv_canary_torch import backends, cuda_launch, launch_scatter_req_token_ids_kernel as launch, tensor_meta, triton_launch
 from kv_canary_torch.checks import fast_check
 
 CALLS = 500
@@ -34,6 +34,9 @@ def main():
     flat_in, offsets, rows, pool = (torch.from_numpy(x).cuda() for x in make_inputs(64, 512, False))
     kwargs = dict(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=pool)
     launch(**kwargs)  # compiles the kernel and binds the shape to the C launcher
+    triton_launch.settle()  # the C++ tensor reader, loaded in the background (built the first time)
+    print(f"tensor reader: {'loaded' if isinstance(triton_launch._signature('auto', *kwargs.values()), bytes) else 'not loaded'}"
+          f" ({tensor_meta.unavailable_reason()})")
     print(f"fast path entries: {list(triton_launch._fast.compiled)}  disabled: {triton_launch._fast.disabled}")
     print(f"C launcher: {len(triton_launch._bound)} bound launches; unavailable: {cuda_launch.unavailable_reason()}")
     rows_out = {

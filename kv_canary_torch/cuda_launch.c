@@ -27,16 +27,20 @@
  *
  * The call path: a whole launcher call in C, for argument signatures that have passed the checked path before.
  *
- *   configure(memo, tensor_type, hooks_idle, raw_stream, current_device) -> None
+ *   configure(memo, tensor_type, hooks_idle, raw_stream, current_device, reader=None) -> None
  *       `memo` is a dict from signature (below) to bound launch, which the caller fills after a call with that
  *       signature passed its checks and launched through a bound launch; `tensor_type` is the exact type the
  *       four arguments must have (torch.Tensor: no subclass, no other framework's array); `hooks_idle()` is
  *       true when no launch hook is installed; `raw_stream(device)` is the device's current stream as an int;
- *       `current_device()` is the current device's index, or None where the process sees one device.
- *   signature(backend, flat_in, offsets, req_pool_indices, pool_out) -> tuple | None
- *       (backend, then per argument: layout, dtype, shape, stride(), device); None when `backend` is
- *       not exactly a str, an argument is not exactly `tensor_type`, or reading one raises (the error is
- *       cleared). TypeError for a wrong argument count, RuntimeError before `configure`. Every argument check of the spec and
+ *       `current_device()` is the current device's index, or None where the process sees one device;
+ *       `reader` is tensor_meta's READER capsule, or None (then torch's Python getters are read).
+ *   signature(backend, flat_in, offsets, req_pool_indices, pool_out) -> tuple | bytes | None
+ *       Without a reader, (backend, then per argument: layout, dtype, shape, stride(), device); with one,
+ *       bytes holding each argument's KvTensorMeta (its `data` zeroed: strided layout, dtype, device, rank,
+ *       sizes, strides), then the backend's UTF-8. None when `backend` is not exactly a str, an argument is
+ *       not exactly `tensor_type`, reading one raises (the error is cleared), or the reader declines one (not
+ *       strided, no storage, rank above 2). TypeError for a wrong argument count, RuntimeError before
+ *       `configure`. Every argument check of the spec and
  *       every launch choice is a function of these, so two calls with equal signatures pass or fail the same
  *       checks and get the same launch.
  *   call(backend, flat_in, offsets, req_pool_indices, pool_out) -> bool
@@ -59,6 +63,8 @@
 #include <dlfcn.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "tensor_meta.h"
 
 typedef int CUresult;
 typedef void *CUfunction;
@@ -274,14 +280,20 @@ static PyObject *pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 
 /* The call path (see the contract at the top). */
 static PyObject *memo, *tensor_type, *hooks_idle, *raw_stream, *current_device;
+static kv_tensor_meta_read reader; /* NULL: torch's Python getters */
 static PyObject *s_layout, *s_dtype, *s_shape, *s_stride, *s_device, *s_index, *s_data_ptr;
 static unsigned long long served_calls;
 #define N_TENSORS 4
 #define PER_TENSOR 5 /* layout, dtype, shape, stride(), device */
 
 static PyObject *configure(PyObject *self, PyObject *args) {
-    PyObject *m, *t, *h, *r, *d;
-    if (!PyArg_ParseTuple(args, "O!O!OOO", &PyDict_Type, &m, &PyType_Type, &t, &h, &r, &d)) return NULL;
+    PyObject *m, *t, *h, *r, *d, *read = Py_None;
+    if (!PyArg_ParseTuple(args, "O!O!OOO|O", &PyDict_Type, &m, &PyType_Type, &t, &h, &r, &d, &read)) return NULL;
+    kv_tensor_meta_read chosen = NULL;
+    if (read != Py_None) {
+        chosen = (kv_tensor_meta_read)PyCapsule_GetPointer(read, KV_TENSOR_META_CAPSULE);
+        if (chosen == NULL) return NULL;
+    }
     if (!PyCallable_Check(h) || !PyCallable_Check(r) || (d != Py_None && !PyCallable_Check(d))) {
         PyErr_SetString(PyExc_TypeError, "hooks_idle, raw_stream and current_device (or None) must be callable");
         return NULL;
@@ -302,11 +314,33 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     Py_INCREF(r); Py_XSETREF(raw_stream, r);
     if (d == Py_None) Py_CLEAR(current_device);
     else { Py_INCREF(d); Py_XSETREF(current_device, d); }
+    reader = chosen;
     Py_RETURN_NONE;
 }
 
-/* The signature of args[0..4] (backend, four tensors): a new tuple; NULL with no error set when they have none. */
-static PyObject *make_signature(PyObject *const *args, Py_ssize_t nargs) {
+/* The signature through the reader: bytes (see the contract); NULL with no error set when the reader declines an
+ * argument. `data` gets the four data pointers and `device` pool_out's device index. */
+static PyObject *read_signature(PyObject *backend, PyObject *const *tensors, uint64_t *data, int64_t *device) {
+    Py_ssize_t n_backend;
+    const char *name = PyUnicode_AsUTF8AndSize(backend, &n_backend);
+    if (name == NULL) return NULL;
+    KvTensorMeta metas[N_TENSORS];
+    for (int i = 0; i < N_TENSORS; ++i) {
+        if (reader(tensors[i], &metas[i]) != 1) return NULL;
+        data[i] = metas[i].data;
+        metas[i].data = 0;
+    }
+    *device = metas[N_TENSORS - 1].device_index;
+    PyObject *sig = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sizeof metas + n_backend);
+    if (sig == NULL) return NULL;
+    memcpy(PyBytes_AS_STRING(sig), metas, sizeof metas);
+    memcpy(PyBytes_AS_STRING(sig) + sizeof metas, name, (size_t)n_backend);
+    return sig;
+}
+
+/* The signature of args[0..4] (backend, four tensors): a new tuple or bytes; NULL with no error set when they
+ * have none. Through the reader it also sets data[] and *device (and *read to 1). */
+static PyObject *make_signature(PyObject *const *args, Py_ssize_t nargs, uint64_t *data, int64_t *device, int *read) {
     if (nargs != 1 + N_TENSORS) {
         PyErr_Format(PyExc_TypeError, "expected backend and %d arguments, got %zd", N_TENSORS, nargs);
         return NULL;
@@ -318,6 +352,8 @@ static PyObject *make_signature(PyObject *const *args, Py_ssize_t nargs) {
     if (!PyUnicode_CheckExact(args[0])) return NULL;
     for (int i = 1; i <= N_TENSORS; ++i)
         if (Py_TYPE(args[i]) != (PyTypeObject *)tensor_type) return NULL;
+    *read = reader != NULL;
+    if (reader != NULL) return read_signature(args[0], args + 1, data, device);
     PyObject *sig = PyTuple_New(1 + N_TENSORS * PER_TENSOR);
     if (sig == NULL) return NULL;
     Py_INCREF(args[0]);
@@ -340,7 +376,10 @@ static PyObject *make_signature(PyObject *const *args, Py_ssize_t nargs) {
 }
 
 static PyObject *signature(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *sig = make_signature(args, nargs);
+    uint64_t data[N_TENSORS];
+    int64_t device;
+    int read;
+    PyObject *sig = make_signature(args, nargs, data, &device, &read);
     if (sig != NULL) return sig;
     if (PyErr_Occurred()) {
         if (memo == NULL || nargs != 1 + N_TENSORS) return NULL;
@@ -363,7 +402,9 @@ static int plan_call(PyObject *const *args, Py_ssize_t nargs, Planned *plan) {
     Bound **bound = &plan->bound;
     CUstream *stream = &plan->stream;
     uint64_t *pointers = plan->pointers;
-    PyObject *sig = make_signature(args, nargs);
+    int64_t index;
+    int read = 0;
+    PyObject *sig = make_signature(args, nargs, pointers, &index, &read);
     if (sig == NULL) {
         if (PyErr_Occurred()) {
             if (memo == NULL || nargs != 1 + N_TENSORS) return -1;
@@ -379,18 +420,29 @@ static int plan_call(PyObject *const *args, Py_ssize_t nargs, Planned *plan) {
         Py_DECREF(sig);
         goto done;
     }
-    device = PyObject_GetAttr(PyTuple_GET_ITEM(sig, N_TENSORS * PER_TENSOR), s_index); /* pool_out.device.index */
+    if (read) { /* pool_out.device.index, the pointers already read */
+        if (index < 0) {
+            Py_INCREF(Py_None);
+            device = Py_None;
+        } else {
+            device = PyLong_FromLongLong(index);
+        }
+    } else {
+        device = PyObject_GetAttr(PyTuple_GET_ITEM(sig, N_TENSORS * PER_TENSOR), s_index);
+    }
     Py_DECREF(sig);
     if (device == NULL) goto done;
     *bound = (Bound *)PyCapsule_GetPointer(found, CAPSULE_NAME);
     if (*bound == NULL || (*bound)->n_pointers != N_TENSORS) goto done;
     uint64_t any = 0;
     for (int i = 0; i < N_TENSORS; ++i) {
-        PyObject *p = PyObject_CallMethodNoArgs(args[1 + i], s_data_ptr);
-        if (p == NULL) goto done;
-        pointers[i] = (uint64_t)PyLong_AsUnsignedLongLong(p);
-        Py_DECREF(p);
-        if (pointers[i] == (uint64_t)-1 && PyErr_Occurred()) goto done;
+        if (!read) {
+            PyObject *p = PyObject_CallMethodNoArgs(args[1 + i], s_data_ptr);
+            if (p == NULL) goto done;
+            pointers[i] = (uint64_t)PyLong_AsUnsignedLongLong(p);
+            Py_DECREF(p);
+            if (pointers[i] == (uint64_t)-1 && PyErr_Occurred()) goto done;
+        }
         any |= pointers[i];
     }
     if (any & 15) goto done;

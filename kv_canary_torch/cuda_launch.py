@@ -48,6 +48,7 @@ import tempfile
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("cuda_launch.c")
+HEADER = Path(__file__).with_name("tensor_meta.h")  # the metadata the call path keys on (tensor_meta.cpp fills it)
 MODULE = "_kv_canary_cuda_launch"
 DISABLE = "KV_CANARY_C_LAUNCHER"  # "0": never use this launcher
 POINTERS = 4  # flat_in, offsets, req_pool_indices, pool_out
@@ -72,31 +73,36 @@ def compiler() -> str | None:
     return os.environ.get("CC") or next((found for name in ("cc", "gcc", "clang") if (found := shutil.which(name))), None)
 
 
-def _python_include() -> str:
+def python_include() -> str:
+    """This Python's C headers."""
     scheme = sysconfig.get_default_scheme()
     if scheme == "posix_local":  # Debian's scheme points at /usr/local, which has no headers
         scheme = "posix_prefix"
     return sysconfig.get_paths(scheme=scheme)["include"]
 
 
-def build(cache: Path | None = None) -> Path:
-    """The compiled module's path in ``cache`` (default ``cache_dir()``), compiled first if absent; raises why it cannot."""
-    source = SOURCE.read_bytes()
-    tag = hashlib.sha256(source + sys.version.encode() + sysconfig.get_platform().encode()).hexdigest()[:16]
-    target = (cache or cache_dir()) / f"{MODULE}-{tag}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+def compile_cached(module: str, sources: tuple[Path, ...], command, tag: bytes = b"", cache: Path | None = None) -> Path:
+    """The extension ``module`` built from ``sources`` in ``cache`` (default ``cache_dir()``), compiled first if absent.
+
+    Cached by a hash of the sources, ``tag``, the Python version and the
+    platform. ``command(output)`` is the compiler's command line writing
+    ``output``, or raises OSError saying why there is none. Several processes
+    may build at once: each writes its own file and renames it into place.
+    Raises OSError with the compiler's messages when the build fails.
+    """
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources) + tag + sys.version.encode())
+    digest.update(sysconfig.get_platform().encode())
+    target = (cache or cache_dir()) / f"{module}-{digest.hexdigest()[:16]}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
     if target.exists():
         return target
-    cc = compiler()
-    if cc is None:
-        raise OSError("no C compiler (set CC)")
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".partial")
     os.close(fd)
     try:
-        command = [cc, "-O2", "-shared", "-fPIC", f"-I{_python_include()}", str(SOURCE), "-o", partial, "-ldl"]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        line = command(partial)
+        done = subprocess.run(line, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
-            raise OSError(f"{' '.join(command)} failed: {done.stderr.strip()[-2000:]}")
+            raise OSError(f"{' '.join(line)} failed: {done.stderr.strip()[-2000:]}")
         os.replace(partial, target)  # atomic: a concurrent build replaces it with the same bytes
     finally:
         if os.path.exists(partial):
@@ -104,9 +110,21 @@ def build(cache: Path | None = None) -> Path:
     return target
 
 
-def load_module(path: Path):
-    """Import the compiled module at ``path`` (its init function is ``PyInit__kv_canary_cuda_launch``)."""
-    spec = importlib.util.spec_from_file_location(MODULE, path)
+def build(cache: Path | None = None) -> Path:
+    """The compiled module's path in ``cache`` (default ``cache_dir()``), compiled first if absent; raises why it cannot."""
+
+    def command(output: str) -> list[str]:
+        cc = compiler()
+        if cc is None:
+            raise OSError("no C compiler (set CC)")
+        return [cc, "-O2", "-shared", "-fPIC", f"-I{python_include()}", f"-I{SOURCE.parent}", str(SOURCE), "-o", output, "-ldl"]
+
+    return compile_cached(MODULE, (SOURCE, HEADER), command, cache=cache)
+
+
+def load_module(path: Path, name: str = MODULE):
+    """Import the compiled module ``name`` at ``path`` (its init function is ``PyInit_`` + ``name``)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

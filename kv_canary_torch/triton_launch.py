@@ -329,11 +329,37 @@ class _FastLaunch:
 
 
 def _configure_call_path(c) -> None:
-    """Point ``call_bound`` at the C launcher's ``call``, over ``_memo`` and this module's hook, stream and device readers."""
+    """Point ``call_bound`` at the C launcher's ``call``, over ``_memo`` and this module's hook, stream and device readers.
+
+    It reads the arguments through torch's Python getters until the C++
+    tensor reader (``tensor_meta``) has loaded in the background, then
+    through the reader; the memo is emptied at the switch, since the two
+    spell signatures differently (each remembered signature is re-learnt at
+    its next call).
+    """
     global call_bound, _signature
+    from kv_canary_torch import tensor_meta
+
     current_device = (getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device) if _several_devices() else None
-    c.configure(_memo, torch.Tensor, _hooks_idle, _raw_stream, current_device)
+    readers = (_memo, torch.Tensor, _hooks_idle, _raw_stream, current_device)
+    c.configure(*readers)
     _signature, call_bound = c.signature, c.call
+
+    def use(reader) -> None:
+        _memo.clear()
+        c.configure(*readers, reader)
+
+    global _reader_loading
+    _reader_loading = tensor_meta.when_ready(use)
+
+
+_reader_loading = None  # the thread loading the tensor reader (tensor_meta.when_ready), once started
+
+
+def settle(timeout: float = 120.0) -> None:
+    """Wait until the C++ tensor reader has loaded or failed to: the steady state of a long-lived process (benchmarks, tests)."""
+    if _reader_loading is not None:
+        _reader_loading.join(timeout)
 
 
 _runtime_knobs = None  # triton.knobs.runtime (Triton >= 3.4), looked up once

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from kv_canary.platform import cuda_available
-from kv_canary_torch import cuda_launch
+from kv_canary_torch import cuda_launch, tensor_meta
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -193,11 +193,19 @@ def test_both_kernels_compiled_for_sm90_are_plain_launches():
 STREAM = 0x5000
 
 
-@pytest.fixture
-def call_path(c_module):
-    """The C module's call path over a fresh memo, hooks idle, one device; restored to a fresh memo after."""
+@pytest.fixture(scope="session")
+def tensor_reader(tmp_path_factory):
+    """The C++ tensor reader's capsule, built once for the session's workers (a cache they share)."""
+    return tensor_meta.reader(tmp_path_factory.getbasetemp().parent / "kv-canary-native")
+
+
+@pytest.fixture(params=["getters", "reader"])
+def call_path(request, c_module):
+    """The C module's call path over a fresh memo, hooks idle, one device, reading the tensors each way."""
+    read = request.getfixturevalue("tensor_reader") if request.param == "reader" else None
     memo = {}
-    c_module.configure(memo, torch.Tensor, lambda: True, lambda device: STREAM, None)
+    c_module.configure(memo, torch.Tensor, lambda: True, lambda device: STREAM, None, read)
+    c_module.read = read  # what configure takes to keep reading this way (the tests that reconfigure)
     yield c_module, memo
     c_module.configure({}, torch.Tensor, lambda: True, lambda device: STREAM, None)
 
@@ -212,9 +220,31 @@ def cpu_arguments(width=100):
 def test_the_signature_is_each_arguments_dtype_shape_strides_and_device(call_path):
     c, _ = call_path
     args = cpu_arguments()
-    expected = ("auto", *(v for a in args for v in (a.layout, a.dtype, a.shape, a.stride(), a.device)))
-    assert c.signature("auto", *args) == expected
+    if c.read is None:
+        expected = ("auto", *(v for a in args for v in (a.layout, a.dtype, a.shape, a.stride(), a.device)))
+        assert c.signature("auto", *args) == expected
+    else:  # four KvTensorMeta (9 int64 each, data zeroed), then the backend's UTF-8
+        words = struct.unpack("<36q", c.signature("auto", *args)[:288])
+        assert c.signature("auto", *args)[288:] == b"auto"
+        for i, a in enumerate(args):
+            sizes, strides = (list(a.shape) + [0, 0])[:2], (list(a.stride()) + [0, 0])[:2]
+            assert words[9 * i + 3:9 * i + 9] == (a.dim(), *sizes, *strides, 0)
+            assert words[9 * i + 1:9 * i + 3] == (0, -1)  # c10::DeviceType::CPU, no index
     assert c.signature("auto", *args) == c.signature("auto", *(a.clone() for a in args))  # the data does not count
+
+
+def test_the_reader_declines_what_it_does_not_describe(tensor_reader, c_module):
+    memo = {}
+    c_module.configure(memo, torch.Tensor, lambda: True, lambda device: STREAM, None, tensor_reader)
+    try:
+        args = cpu_arguments()
+        assert c_module.signature("auto", *args[:3], args[3].unsqueeze(0)) is None  # rank 3
+        assert c_module.signature("auto", args[0].to_sparse(), *args[1:]) is None  # not strided
+        assert c_module.signature("a\udc80", *args) is None  # a backend with no UTF-8
+        with pytest.raises(ValueError):
+            c_module.configure(memo, torch.Tensor, lambda: True, lambda device: STREAM, None, bound(c_module))
+    finally:
+        c_module.configure({}, torch.Tensor, lambda: True, lambda device: STREAM, None)
 
 
 @pytest.mark.parametrize(
@@ -269,11 +299,11 @@ def test_no_launch_is_planned_for_unaligned_pointers_a_hook_or_another_device(c_
     shifted = torch.zeros(1001, dtype=torch.int64)[1:]  # 8 bytes past a 16-byte boundary
     assert shifted.data_ptr() % 16 == 8 and c.signature("auto", shifted, *args[1:]) in memo
     assert c.planned("auto", shifted, *args[1:]) is None
-    c.configure(memo, torch.Tensor, lambda: False, lambda device: STREAM, None)  # a launch hook installed
+    c.configure(memo, torch.Tensor, lambda: False, lambda device: STREAM, None, c.read)  # a launch hook installed
     assert c.planned("auto", *args) is None
-    c.configure(memo, torch.Tensor, lambda: True, lambda device: STREAM, lambda: 1)  # current device 1, pool's None
+    c.configure(memo, torch.Tensor, lambda: True, lambda device: STREAM, lambda: 1, c.read)  # device 1, pool's None
     assert c.planned("auto", *args) is None
-    c.configure(memo, torch.Tensor, lambda: True, lambda device: STREAM, lambda: None)
+    c.configure(memo, torch.Tensor, lambda: True, lambda device: STREAM, lambda: None, c.read)
     assert c.planned("auto", *args) is not None
 
 
@@ -286,3 +316,21 @@ def test_call_launches_nothing_without_a_driver(call_path):
     assert c.call("auto", *args) is False and c.served() == served
     with pytest.raises(TypeError):
         c.call("auto", *args[:3])
+
+
+def test_the_reader_loads_in_the_background(tensor_reader, tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("KV_CANARY_CACHE_DIR", str(tmp_path_factory.getbasetemp().parent / "kv-canary-native"))
+    loaded = []
+    tensor_meta.when_ready(loaded.append).join(120)
+    assert len(loaded) == 1 and type(loaded[0]).__name__ == "PyCapsule"
+
+
+def test_a_reader_that_cannot_build_is_never_used_and_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("KV_CANARY_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", "false")
+    loaded = []
+    tensor_meta.when_ready(loaded.append).join(120)
+    assert loaded == [] and "failed" in tensor_meta.unavailable_reason()
+    monkeypatch.setenv(cuda_launch.DISABLE, "0")
+    assert tensor_meta.when_ready(loaded.append) is None and loaded == []
+    assert tensor_meta.unavailable_reason() == "KV_CANARY_C_LAUNCHER=0"

@@ -296,11 +296,22 @@ def c_calls() -> int:
 
 
 def test_a_remembered_signature_launches_in_one_c_call():
-    """After one checked launch, calls with the same signature go through the C call path; what it declines is checked."""
+    """After one checked launch, calls with the same signature go through the C call path; what it declines is checked.
+
+    The C++ tensor reader loads in the background after the first bind; this
+    waits for it (its build, the first time), so the path runs as it does in
+    a long-lived process.
+    """
+    from kv_canary_torch import tensor_meta, triton_launch
+
     batch = large_batch(bs=16, width=700, seed=31)
     flat_in, offsets, rows, _ = on_gpu(batch)
     expected = scatter_reference(*batch)
-    launch(flat_in, offsets, rows, on_gpu(batch)[3])  # compiles, binds, remembers the signature
+    launch(flat_in, offsets, rows, on_gpu(batch)[3])  # compiles, binds, starts loading the reader
+    triton_launch.settle()
+    assert tensor_meta.unavailable_reason() is None, tensor_meta.unavailable_reason()
+    assert isinstance(triton_launch._signature("auto", flat_in, offsets, rows, flat_in), bytes)  # the reader's
+    launch(flat_in, offsets, rows, on_gpu(batch)[3])  # remembers the signature (the reader's spelling)
     served = c_calls()
     for _ in range(3):
         pool = on_gpu(batch)[3]

@@ -1,0 +1,98 @@
+"""The call path's tensor reader (``tensor_meta.cpp``): built against this torch, then loaded in the background.
+
+Contract:
+
+- ``build(cache=None) -> Path``: the compiled ``_kv_canary_tensor_meta``
+  (``cuda_launch.compile_cached``: cached by the source, torch's version and
+  ABI, Python and the platform), compiled with the C++ compiler (``$CXX``, else
+  ``c++``, ``g++`` or ``clang++``) against torch's headers and libraries;
+  OSError says why it cannot be built.
+- ``reader(cache=None) -> capsule``: its ``READER`` capsule, for
+  ``cuda_launch``'s ``configure``.
+- ``when_ready(use) -> Thread | None``: calls ``use(capsule)`` from a daemon thread
+  once the reader is loaded: milliseconds when it is built already, else after
+  building it (seconds, once per machine and torch). When it cannot be built
+  (no C++ compiler, the build fails, ``KV_CANARY_C_LAUNCHER=0``), ``use`` is
+  never called and ``unavailable_reason()`` says why: the call path then reads
+  torch's Python getters. Returns the thread (None when disabled).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+
+from kv_canary_torch import cuda_launch
+
+SOURCE = Path(__file__).with_name("tensor_meta.cpp")
+MODULE = "_kv_canary_tensor_meta"
+
+_reason: str | None = None
+
+
+def compiler() -> str | None:
+    """The C++ compiler: ``$CXX``, else the first of ``c++``, ``g++``, ``clang++`` on the PATH."""
+    return os.environ.get("CXX") or next((found for name in ("c++", "g++", "clang++") if (found := shutil.which(name))), None)
+
+
+def _torch_flags() -> tuple[list[str], bytes]:
+    """The compile and link flags for this torch, and what of torch the build depends on (for the cache's tag)."""
+    import torch
+
+    root = Path(torch.__file__).parent
+    abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", 1))
+    flags = [
+        f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{root / 'include'}", f"-I{root / 'include' / 'torch' / 'csrc' / 'api' / 'include'}",
+        f"-L{root / 'lib'}", "-lc10", "-ltorch_cpu", "-ltorch_python", f"-Wl,-rpath,{root / 'lib'}",
+    ]
+    return flags, f"{torch.__version__} {abi} {root}".encode()
+
+
+def build(cache: Path | None = None) -> Path:
+    """The compiled reader module's path (see the module docstring); raises OSError why it cannot be built."""
+    flags, tag = _torch_flags()
+
+    def command(output: str) -> list[str]:
+        cxx = compiler()
+        if cxx is None:
+            raise OSError("no C++ compiler (set CXX)")
+        return [cxx, "-O2", "-std=c++17", "-w", "-shared", "-fPIC", f"-I{cuda_launch.python_include()}",
+                f"-I{SOURCE.parent}", str(SOURCE), "-o", output, *flags]
+
+    return cuda_launch.compile_cached(MODULE, (SOURCE, cuda_launch.HEADER), command, tag, cache)
+
+
+def reader(cache: Path | None = None):
+    """The ``READER`` capsule of the built module (building it first if needed)."""
+    return cuda_launch.load_module(build(cache), MODULE).READER
+
+
+def when_ready(use) -> threading.Thread | None:
+    """Call ``use(capsule)`` once the reader is loaded (see the module docstring); returns the loading thread, or None."""
+    if os.environ.get(cuda_launch.DISABLE) == "0":
+        _unavailable(f"{cuda_launch.DISABLE}=0")
+        return None
+
+    def load():
+        try:
+            capsule = reader()
+        except (OSError, ImportError, AttributeError) as error:
+            _unavailable(f"{type(error).__name__}: {error}")
+            return
+        use(capsule)
+
+    thread = threading.Thread(target=load, name="kv-canary tensor reader", daemon=True)
+    thread.start()
+    return thread
+
+
+def _unavailable(reason: str) -> None:
+    global _reason
+    _reason = reason
+
+
+def unavailable_reason() -> str | None:
+    """Why the reader never loaded (None: it loaded, or is still building, or was not asked for)."""
+    return _reason
