@@ -45,6 +45,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("cuda_launch.c")
@@ -96,6 +97,7 @@ def compile_cached(module: str, sources: tuple[Path, ...], command, tag: bytes =
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    _drop_stale_partials(target.parent, module)
     fd, partial = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".partial")
     os.close(fd)
     try:
@@ -108,6 +110,19 @@ def compile_cached(module: str, sources: tuple[Path, ...], command, tag: bytes =
         if os.path.exists(partial):
             os.unlink(partial)
     return target
+
+
+# A partial build older than this was left by a process that exited mid-build (a daemon thread's compiler).
+STALE_PARTIAL_S = 600
+
+
+def _drop_stale_partials(folder: Path, module: str) -> None:
+    for stale in folder.glob(f"{module}-*.partial"):
+        try:
+            if time.time() - stale.stat().st_mtime > STALE_PARTIAL_S:
+                stale.unlink()
+        except OSError:  # another process removed or renamed it first
+            pass
 
 
 def build(cache: Path | None = None) -> Path:

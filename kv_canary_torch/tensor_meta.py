@@ -12,8 +12,8 @@ Contract:
 - ``when_ready(use) -> Thread | None``: calls ``use(capsule)`` from a daemon thread
   once the reader is loaded: milliseconds when it is built already, else after
   building it (seconds, once per machine and torch). When it cannot be built
-  (no C++ compiler, the build fails, ``KV_CANARY_C_LAUNCHER=0``), ``use`` is
-  never called and ``unavailable_reason()`` says why: the call path then reads
+  (no C++ compiler, the build fails) or is not wanted (``KV_CANARY_C_LAUNCHER=0``,
+  or ``KV_CANARY_TENSOR_READER=0`` for this reader alone), ``use`` is never called and ``unavailable_reason()`` says why: the call path then reads
   torch's Python getters. Returns the thread (None when disabled).
 """
 
@@ -28,6 +28,7 @@ from kv_canary_torch import cuda_launch
 
 SOURCE = Path(__file__).with_name("tensor_meta.cpp")
 MODULE = "_kv_canary_tensor_meta"
+DISABLE = "KV_CANARY_TENSOR_READER"  # "0": never build or load this reader
 
 _reason: str | None = None
 
@@ -71,9 +72,10 @@ def reader(cache: Path | None = None):
 
 def when_ready(use) -> threading.Thread | None:
     """Call ``use(capsule)`` once the reader is loaded (see the module docstring); returns the loading thread, or None."""
-    if os.environ.get(cuda_launch.DISABLE) == "0":
-        _unavailable(f"{cuda_launch.DISABLE}=0")
-        return None
+    for switch in (cuda_launch.DISABLE, DISABLE):
+        if os.environ.get(switch) == "0":
+            _unavailable(f"{switch}=0")
+            return None
 
     def load():
         try:

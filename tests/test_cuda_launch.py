@@ -331,6 +331,17 @@ def test_a_reader_that_cannot_build_is_never_used_and_says_why(tmp_path, monkeyp
     loaded = []
     tensor_meta.when_ready(loaded.append).join(120)
     assert loaded == [] and "failed" in tensor_meta.unavailable_reason()
-    monkeypatch.setenv(cuda_launch.DISABLE, "0")
-    assert tensor_meta.when_ready(loaded.append) is None and loaded == []
-    assert tensor_meta.unavailable_reason() == "KV_CANARY_C_LAUNCHER=0"
+    for switch in ("KV_CANARY_TENSOR_READER", "KV_CANARY_C_LAUNCHER"):
+        monkeypatch.setenv(switch, "0")
+        assert tensor_meta.when_ready(loaded.append) is None and loaded == []
+        assert tensor_meta.unavailable_reason() == f"{switch}=0"
+
+
+def test_a_partial_build_left_by_an_exited_process_is_dropped(tmp_path, monkeypatch):
+    stale, fresh = tmp_path / "_kv_canary_cuda_launch-x.so1.partial", tmp_path / "_kv_canary_cuda_launch-y.so2.partial"
+    stale.write_bytes(b"")
+    fresh.write_bytes(b"")
+    old = stale.stat().st_mtime - cuda_launch.STALE_PARTIAL_S - 1
+    os.utime(stale, (old, old))
+    cuda_launch.build(tmp_path)
+    assert not stale.exists() and fresh.exists()  # a concurrent build's file stays
