@@ -40,14 +40,14 @@
  *       sizes, strides), then the backend's UTF-8. None when `backend` is not exactly a str, an argument is
  *       not exactly `tensor_type`, reading one raises (the error is cleared), or the reader declines one (not
  *       strided, no storage, rank above 2). TypeError for a wrong argument count, RuntimeError before
- *       `configure`. Every argument check of the spec and
- *       every launch choice is a function of these, so two calls with equal signatures pass or fail the same
- *       checks and get the same launch.
+ *       `configure`. Every argument check of the spec and every launch choice is a function of these, so two
+ *       calls with equal signatures pass or fail the same checks and get the same launch.
  *   call(backend, flat_in, offsets, req_pool_indices, pool_out) -> bool
  *       Launches the memo's bound launch for the arguments' signature with their data pointers, on
  *       `raw_stream(pool_out.device.index)`, and returns True; returns False, with nothing launched, when the
  *       signature is not in the memo, a pointer is not 16-byte aligned (the bound kernel's specialization), a
- *       hook is installed, the current device is not pool_out's, or the thread has no CUDA context. An error
+ *       hook is installed, the current device is not pool_out's, the driver is not loaded, or the thread has
+ *       no CUDA context. An error
  *       from reading the arguments is cleared (False: the checked path reports it); a driver refusal raises
  *       RuntimeError, as `launch` does.
  *   planned(backend, flat_in, offsets, req_pool_indices, pool_out) -> (bound, stream, pointers) | None
