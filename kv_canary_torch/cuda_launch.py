@@ -94,10 +94,10 @@ def compile_cached(module: str, sources: tuple[Path, ...], command, tag: bytes =
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources) + tag + sys.version.encode())
     digest.update(sysconfig.get_platform().encode())
     target = (cache or cache_dir()) / f"{module}-{digest.hexdigest()[:16]}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+    _drop_stale_partials(target.parent, module)
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    _drop_stale_partials(target.parent, module)
     fd, partial = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".partial")
     os.close(fd)
     try:

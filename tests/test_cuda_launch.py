@@ -345,3 +345,6 @@ def test_a_partial_build_left_by_an_exited_process_is_dropped(tmp_path, monkeypa
     os.utime(stale, (old, old))
     cuda_launch.build(tmp_path)
     assert not stale.exists() and fresh.exists()  # a concurrent build's file stays
+    os.utime(fresh, (old, old))
+    cuda_launch.build(tmp_path)  # built already: its folder is still swept
+    assert not fresh.exists()
