@@ -318,8 +318,9 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* The signature through the reader: bytes (see the contract); NULL with no error set when the reader declines an
- * argument. `data` gets the four data pointers and `device` pool_out's device index. */
+/* The signature through the reader: bytes (see the contract); NULL when the reader declines an argument (no error
+ * set) or the backend has no UTF-8 (an error set). `data` gets the four data pointers and `device` pool_out's
+ * device index. */
 static PyObject *read_signature(PyObject *backend, PyObject *const *tensors, uint64_t *data, int64_t *device) {
     Py_ssize_t n_backend;
     const char *name = PyUnicode_AsUTF8AndSize(backend, &n_backend);
@@ -338,22 +339,8 @@ static PyObject *read_signature(PyObject *backend, PyObject *const *tensors, uin
     return sig;
 }
 
-/* The signature of args[0..4] (backend, four tensors): a new tuple or bytes; NULL with no error set when they
- * have none. Through the reader it also sets data[] and *device (and *read to 1). */
-static PyObject *make_signature(PyObject *const *args, Py_ssize_t nargs, uint64_t *data, int64_t *device, int *read) {
-    if (nargs != 1 + N_TENSORS) {
-        PyErr_Format(PyExc_TypeError, "expected backend and %d arguments, got %zd", N_TENSORS, nargs);
-        return NULL;
-    }
-    if (memo == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "the call path is not configured (configure)");
-        return NULL;
-    }
-    if (!PyUnicode_CheckExact(args[0])) return NULL;
-    for (int i = 1; i <= N_TENSORS; ++i)
-        if (Py_TYPE(args[i]) != (PyTypeObject *)tensor_type) return NULL;
-    *read = reader != NULL;
-    if (reader != NULL) return read_signature(args[0], args + 1, data, device);
+/* The signature through torch's Python getters: a new tuple; NULL with an error set when a getter raises. */
+static PyObject *read_getters(PyObject *const *args) {
     PyObject *sig = PyTuple_New(1 + N_TENSORS * PER_TENSOR);
     if (sig == NULL) return NULL;
     Py_INCREF(args[0]);
@@ -375,16 +362,34 @@ static PyObject *make_signature(PyObject *const *args, Py_ssize_t nargs, uint64_
     return sig;
 }
 
+/* The signature of args[0..4] (backend, four tensors): a new tuple or bytes. NULL with an error set only for a
+ * misuse (a wrong argument count, the call path unconfigured); NULL with none when the arguments have no
+ * signature, an error from reading them cleared. Through the reader it also sets data[] and *device (and *read
+ * to 1). */
+static PyObject *make_signature(PyObject *const *args, Py_ssize_t nargs, uint64_t *data, int64_t *device, int *read) {
+    if (nargs != 1 + N_TENSORS) {
+        PyErr_Format(PyExc_TypeError, "expected backend and %d arguments, got %zd", N_TENSORS, nargs);
+        return NULL;
+    }
+    if (memo == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the call path is not configured (configure)");
+        return NULL;
+    }
+    if (!PyUnicode_CheckExact(args[0])) return NULL;
+    for (int i = 1; i <= N_TENSORS; ++i)
+        if (Py_TYPE(args[i]) != (PyTypeObject *)tensor_type) return NULL;
+    *read = reader != NULL;
+    PyObject *sig = *read ? read_signature(args[0], args + 1, data, device) : read_getters(args);
+    if (sig == NULL) PyErr_Clear(); /* unreadable metadata (a backend with no UTF-8, a sparse tensor's strides) */
+    return sig;
+}
+
 static PyObject *signature(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     uint64_t data[N_TENSORS];
     int64_t device;
     int read;
     PyObject *sig = make_signature(args, nargs, data, &device, &read);
-    if (sig != NULL) return sig;
-    if (PyErr_Occurred()) {
-        if (memo == NULL || nargs != 1 + N_TENSORS) return NULL;
-        PyErr_Clear(); /* an argument whose metadata cannot be read (a sparse tensor's strides): no signature */
-    }
+    if (sig != NULL || PyErr_Occurred()) return sig;
     Py_RETURN_NONE;
 }
 
@@ -399,19 +404,10 @@ typedef struct {
 /* 1 with *plan set; 0 when call() launches nothing (no error set); -1 on an error that must propagate (the call
  * path unconfigured, a wrong argument count). */
 static int plan_call(PyObject *const *args, Py_ssize_t nargs, Planned *plan) {
-    Bound **bound = &plan->bound;
-    CUstream *stream = &plan->stream;
-    uint64_t *pointers = plan->pointers;
     int64_t index;
     int read = 0;
-    PyObject *sig = make_signature(args, nargs, pointers, &index, &read);
-    if (sig == NULL) {
-        if (PyErr_Occurred()) {
-            if (memo == NULL || nargs != 1 + N_TENSORS) return -1;
-            PyErr_Clear();
-        }
-        return 0;
-    }
+    PyObject *sig = make_signature(args, nargs, plan->pointers, &index, &read);
+    if (sig == NULL) return PyErr_Occurred() ? -1 : 0;
     PyObject *found = PyDict_GetItemWithError(memo, sig); /* borrowed */
     Py_XINCREF(found);
     int ok = 0;
@@ -432,19 +428,21 @@ static int plan_call(PyObject *const *args, Py_ssize_t nargs, Planned *plan) {
     }
     Py_DECREF(sig);
     if (device == NULL) goto done;
-    *bound = (Bound *)PyCapsule_GetPointer(found, CAPSULE_NAME);
-    if (*bound == NULL || (*bound)->n_pointers != N_TENSORS) goto done;
+    plan->bound = (Bound *)PyCapsule_GetPointer(found, CAPSULE_NAME);
+    if (plan->bound == NULL || plan->bound->n_pointers != N_TENSORS) goto done;
     uint64_t any = 0;
     for (int i = 0; i < N_TENSORS; ++i) {
         if (!read) {
             PyObject *p = PyObject_CallMethodNoArgs(args[1 + i], s_data_ptr);
             if (p == NULL) goto done;
-            pointers[i] = (uint64_t)PyLong_AsUnsignedLongLong(p);
+            plan->pointers[i] = (uint64_t)PyLong_AsUnsignedLongLong(p);
             Py_DECREF(p);
-            if (pointers[i] == (uint64_t)-1 && PyErr_Occurred()) goto done;
+            if (plan->pointers[i] == (uint64_t)-1 && PyErr_Occurred()) goto done;
         }
-        any |= pointers[i];
+        any |= plan->pointers[i];
     }
+    /* The per-call conditions of triton_launch._FastLaunch.may_launch, its twin: aligned pointers (the kernel's
+     * specialization), no launch hook, and the pool's device current where the process sees several. */
     if (any & 15) goto done;
     PyObject *idle = PyObject_CallNoArgs(hooks_idle);
     if (idle == NULL) goto done;
@@ -460,9 +458,9 @@ static int plan_call(PyObject *const *args, Py_ssize_t nargs, Planned *plan) {
     }
     PyObject *s = PyObject_CallOneArg(raw_stream, device);
     if (s == NULL) goto done;
-    *stream = (CUstream)PyLong_AsVoidPtr(s);
+    plan->stream = (CUstream)PyLong_AsVoidPtr(s);
     Py_DECREF(s);
-    if (*stream == NULL && PyErr_Occurred()) goto done;
+    if (plan->stream == NULL && PyErr_Occurred()) goto done;
     ok = 1;
     plan->capsule = found;
 done:
@@ -481,6 +479,10 @@ static PyObject *call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         if (found < 0) return NULL;
         Py_RETURN_FALSE;
     }
+    if (launch_kernel == NULL) { /* no driver: nothing launched, the caller takes its way */
+        Py_DECREF(plan.capsule);
+        Py_RETURN_FALSE;
+    }
     uint64_t slots[MAX_PARAMS];
     void *params[MAX_PARAMS];
     memcpy(slots, plan.bound->slots, sizeof(uint64_t) * plan.bound->n_params);
@@ -488,10 +490,6 @@ static PyObject *call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     for (int i = 0; i < plan.bound->n_params; ++i) params[i] = &slots[i];
     PyObject *launched = enqueue(plan.bound, plan.stream, params);
     Py_DECREF(plan.capsule);
-    if (launched == NULL && launch_kernel == NULL) { /* no driver: nothing launched, the caller takes its way */
-        PyErr_Clear();
-        Py_RETURN_FALSE;
-    }
     if (launched == Py_True) ++served_calls;
     return launched;
 }
@@ -515,8 +513,8 @@ static PyMethodDef methods[] = {
     {"bind", bind, METH_VARARGS, "Bind a kernel launch once: a capsule for launch()."},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, "launch(bound, stream, *pointers) -> bool"},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL, "pack(bound, *pointers) -> bytes (for tests)"},
-    {"configure", configure, METH_VARARGS, "configure(memo, tensor_type, hooks_idle, raw_stream, current_device)"},
-    {"signature", (PyCFunction)(void (*)(void))signature, METH_FASTCALL, "signature(backend, *arguments) -> tuple | None"},
+    {"configure", configure, METH_VARARGS, "configure(memo, tensor_type, hooks_idle, raw_stream, current_device, reader=None)"},
+    {"signature", (PyCFunction)(void (*)(void))signature, METH_FASTCALL, "signature(backend, *arguments) -> tuple | bytes | None"},
     {"call", (PyCFunction)(void (*)(void))call, METH_FASTCALL, "call(backend, *arguments) -> bool"},
     {"planned", (PyCFunction)(void (*)(void))planned, METH_FASTCALL, "planned(backend, *arguments) -> tuple | None"},
     {"served", served, METH_NOARGS, "served() -> int: launches made by call()"},

@@ -337,7 +337,7 @@ def _configure_call_path(c) -> None:
     spell signatures differently (each remembered signature is re-learnt at
     its next call).
     """
-    global call_bound, _signature
+    global call_bound, _signature, _reader_loading
     from kv_canary_torch import tensor_meta
 
     current_device = (getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device) if _several_devices() else None
@@ -349,7 +349,6 @@ def _configure_call_path(c) -> None:
         _memo.clear()
         c.configure(*readers, reader)
 
-    global _reader_loading
     _reader_loading = tensor_meta.when_ready(use)
 
 
