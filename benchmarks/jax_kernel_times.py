@@ -20,13 +20,7 @@ import argparse
 import statistics
 
 from kv_canary import device_trace
-
-
-def parse_case(text: str) -> tuple[int, int, bool, bool]:
-    """``"256x8192"``: bs x seq; suffix ``r`` ragged lengths, ``a`` rows ``seq`` wide (aligned) instead of ``seq + 1``."""
-    ragged, aligned = "r" in text, "a" in text
-    bs, seq = text.rstrip("ra").split("x")
-    return int(bs), int(seq), ragged, aligned
+from kv_canary.bench import parse_case
 
 
 DEFAULT_CASES = (

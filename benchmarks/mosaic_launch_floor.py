@@ -85,8 +85,7 @@ def one() -> None:
     import numpy as np
 
     jax.config.update("jax_enable_x64", True)
-    from jax_kernel_times import parse_case
-    from kv_canary.bench import CHAIN, jax_chained, jax_device_chained_us, make_inputs
+    from kv_canary.bench import CHAIN, jax_chained, jax_device_chained_us, make_inputs, parse_case
     from kv_canary_jax import scatter_req_token_ids
     from shared_spec.reference import scatter_reference
 

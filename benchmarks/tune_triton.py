@@ -1,6 +1,8 @@
 """Tuning sweep for the Triton kernel (GPU): launch shapes and contiguous variants, against a same-run baseline.
 
     python benchmarks/tune_triton.py                  # one H200: about 2 minutes (--budget caps the sweep)
+    python benchmarks/tune_triton.py --copy-floor     # the copy floor alone: about 30 s
+    python benchmarks/tune_triton.py --no-floor --case 4096x512 --config tiled/1024/2 --config library/512/4
     TRITON_INTERPRET=1 python benchmarks/tune_triton.py --check-only   # no GPU needed
 
 Floor (first, short): for a few cases of at most 64K tokens, an empty kernel,
@@ -9,7 +11,13 @@ the launcher's shape and the baseline, timed alike; printed with each one's
 excess over the empty kernel. It shows how far "at most 1 us above an empty
 kernel" is from what a kernel must do at all.
 
-Sweep: for each of CASES, every config of CONFIGS, the per-request-tile
+Copy floor (``--copy-floor``, instead of the rest): for the cases of at least
+1M tokens, the issue 15 target (``TARGET_RATIO`` times the baseline) beside
+copies of the same bytes with and without a dependent read of the offsets
+first (``copy_kernel``): where the target is below the dependent copy, no
+kernel that reads a request's bounds before its tokens meets it.
+
+Sweep: for each of CASES (or the ``--case`` ones), every config of CONFIGS, the per-request-tile
 baseline (kv_canary.baseline_kernels) and a same-bytes copy (as ``kv-canary
 bench`` times it: one int32 copy of 6 bytes per token) are timed with
 ``do_bench`` (median of one call, L2 flushed, warmup 10 ms, rep 40 ms),
@@ -58,8 +66,9 @@ import triton
 import triton.language as tl
 
 from kv_canary.baseline_kernels import launch_per_request_tile
-from kv_canary.bench import make_inputs
+from kv_canary.bench import make_inputs, parse_case
 from kv_canary_torch import triton_kernel as k
+from kv_canary_torch import triton_launch
 from kv_canary_torch.triton_launch import launch_shape
 from shared_spec.reference import longest_window, scatter_reference
 
@@ -77,6 +86,10 @@ BIG = 2**20  # tokens: the cases the 10% target is about
 REPEATS = 5
 TARGET_PROGRAMS = 4096  # lanes = min(tiles of the longest window, cdiv(TARGET_PROGRAMS, bs)), as the launcher
 SWITCH_COLUMNS = 2048
+# copy_kernel's tile: 1024 tokens over 4 warps, 16-byte accesses both ways.
+COPY_BLOCK, COPY_WARPS = 1024, 4
+# The device-time target of issue 15 at 1M tokens and more: this times the same-run baseline.
+TARGET_RATIO = 0.90
 
 
 class Config(NamedTuple):
@@ -181,6 +194,33 @@ def floor_kernel(flat_in_ptr, offsets_ptr, rows_ptr, pool_ptr, n_tokens, n_rows,
         tl.store(pool_ptr + row * stride_row, tl.load(flat_in_ptr + base).to(tl.int32))
 
 
+@triton.jit(do_not_specialize=["n_tokens", "bs"])
+def copy_kernel(flat_in_ptr, offsets_ptr, pool_ptr, n_tokens, bs, BLOCK: tl.constexpr, DEPENDENT: tl.constexpr):
+    """The scatter's bytes as one contiguous copy: ``pool.flat[i] = int32(flat_in[i])`` for ``i < N``, 16-byte accesses.
+
+    Not a scatter: the floor of a kernel that moves the same bytes (8 read and
+    4 written per token) in the most favourable layout, both sides aligned.
+    ``DEPENDENT``: program ``p`` first reads ``offsets[p % bs]`` and moves its
+    tokens by ``min(start, 0)`` -- 0 for the bench's batches, which the
+    compiler cannot know -- so its loads wait for that read, as every kernel
+    that reads a request's bounds before its tokens does (the library's, the
+    baseline's). Only for batches whose offsets are all >= 0 and whose pool
+    has at least ``N`` cells (every ``make_inputs`` batch): the alignment hint
+    is a promise that holds only there.
+    """
+    p = tl.program_id(0).to(tl.int64)
+    first = p * BLOCK
+    if DEPENDENT:
+        first += tl.minimum(tl.load(offsets_ptr + p % bs), 0)
+    first = tl.multiple_of(first, BLOCK)
+    i = first + tl.arange(0, BLOCK)
+    if first + BLOCK <= n_tokens:
+        tl.store(pool_ptr + i, tl.load(flat_in_ptr + i).to(tl.int32))
+    else:
+        mask = i < n_tokens
+        tl.store(pool_ptr + i, tl.load(flat_in_ptr + i, mask=mask).to(tl.int32), mask=mask)
+
+
 @triton.jit
 def empty_kernel(x_ptr):
     """Does nothing: do_bench's floor on this machine (as ``empty_kernel_us`` in kv_canary/bench.py)."""
@@ -268,6 +308,14 @@ def launch_floor(flat_in, offsets, rows, pool):
         floor_kernel[(sizes[0],)](flat_in, offsets, rows, pool, *sizes[1:], pool.stride(0))
 
 
+def launch_copy(flat_in, offsets, pool, dependent: bool, block: int = COPY_BLOCK, warps: int = COPY_WARPS):
+    """``copy_kernel`` over the batch's tokens (see its docstring for the batches it is meant for)."""
+    n_tokens, bs = flat_in.shape[0], offsets.shape[0] - 1
+    assert pool.is_contiguous() and pool.numel() >= n_tokens and bs > 0
+    copy_kernel[(triton.cdiv(n_tokens, block),)](flat_in, offsets, pool, n_tokens, bs, BLOCK=block, DEPENDENT=dependent,
+                                                 num_warps=warps)
+
+
 VARIANTS = {
     "library": launch_library, "interior": launch_interior, "tiled": launch_tiled,
     "srcaligned": launch_srcaligned, "switch": launch_switch,
@@ -330,6 +378,11 @@ def same_bytes_copy(tokens: int, device):
     return lambda: dst.copy_(src)
 
 
+def case_tokens(case) -> int:
+    """The tokens of a case's batch."""
+    return int(make_inputs(*case[:3], aligned=case[3])[1][-1])
+
+
 def case_inputs(case, device):
     host = make_inputs(*case[:3], aligned=case[3])
     return host, scatter_reference(*host), tuple(torch.from_numpy(x).to(device) for x in host)
@@ -362,6 +415,49 @@ def floor(cases, device, timer, rounds: int) -> list:
         print(f"  {case} {host[0].shape[0]} tokens: empty {empty:.2f}; "
               + ", ".join(f"{name} {us:.2f} (+{us - empty:.2f})" for name, us in med.items() if name != "empty"),
               flush=True)
+    return failures
+
+
+def copy_floor(cases, device, timer, rounds: int) -> list:
+    """What bounds the scatter at large sizes: copies of its bytes beside the library and the baseline; returns the failed checks.
+
+    Per case, interleaved: an empty kernel, the same-bytes torch copy (as
+    ``kv-canary bench`` times it), ``copy_kernel`` (the bytes in the scatter's
+    own types, aligned both ways), the same after a dependent read of the
+    offsets, the library launcher and the per-request-tile baseline. Printed
+    with ``TARGET_RATIO`` times the baseline, the time the target allows: where
+    that is below a copy's, no kernel meets the target in this run's method.
+    """
+    failures = []
+    scratch = torch.empty(1, device=device)
+    print(f"copy floor: device us; target = {TARGET_RATIO} x baseline", flush=True)
+    for case in cases:
+        host, expected, inputs = case_inputs(case, device)
+        tokens = host[0].shape[0]
+        flat_in, offsets, rows = inputs[:3]
+        pool = inputs[3].clone()
+        runs = {"empty": lambda: empty_kernel[(1,)](scratch), "torch copy": same_bytes_copy(tokens, device),
+                "copy": lambda: launch_copy(flat_in, offsets, pool, False),
+                "dependent copy": lambda: launch_copy(flat_in, offsets, pool, True)}
+        for name, launch in (("library", lambda p: triton_launch.launch(flat_in, offsets, rows, p)),
+                             ("baseline", lambda p: launch_per_request_tile(flat_in, offsets, rows, p))):
+            problem = problem_with(launch, inputs, expected)
+            if problem:
+                failures.append((case, name, problem))
+                print(f"  CHECK FAILED {case} {name}: {problem}", flush=True)
+            else:
+                runs[name] = lambda launch=launch: launch(pool)
+        copied = pool.clone()
+        launch_copy(flat_in, offsets, copied, True)
+        if not np.array_equal(copied.view(-1)[:tokens].cpu().numpy(), host[0].astype(np.int32)):
+            failures.append((case, "dependent copy", "wrong cells"))
+        med = interleaved(runs, timer, rounds)
+        line = f"  {case} {tokens} tokens: " + ", ".join(f"{name} {us:.2f}" for name, us in med.items())
+        if "baseline" in med:
+            target = TARGET_RATIO * med["baseline"]
+            line += f"; target {target:.2f}, target - dependent copy {target - med['dependent copy']:+.2f}"
+            line += f", target - torch copy {target - med['torch copy']:+.2f}"
+        print(line, flush=True)
     return failures
 
 
@@ -429,6 +525,10 @@ def main(argv=None) -> int:
     parser.add_argument("--config", action="append", metavar="VARIANT/BLOCK/WARPS",
                         help="sweep these configs (e.g. tiled/512/2) instead of CONFIGS; repeatable")
     parser.add_argument("--no-floor", action="store_true", help="skip the latency floor")
+    parser.add_argument("--case", action="append", metavar="BSxSEQ[r][a]",
+                        help="time these cases instead of CASES (e.g. 4096x512, 256x8192r; suffix a: rows seq wide)")
+    parser.add_argument("--copy-floor", action="store_true",
+                        help="only the copy floor of the cases of >= 1M tokens (copy_floor), no sweep")
     args = parser.parse_args(argv)
     configs = CONFIGS
     if args.config:
@@ -451,6 +551,13 @@ def main(argv=None) -> int:
         timer, cases, floor_cases, rounds, big = wall_us, CHECK_CASES, CHECK_CASES[:2], 2, 1000
     else:
         timer, cases, floor_cases, rounds, big = bench_us, CASES, FLOOR_CASES, REPEATS, BIG
+    if args.case:
+        cases = [parse_case(text) for text in args.case]
+    if args.copy_floor:
+        failures = copy_floor([c for c in cases if case_tokens(c) >= big], device, timer, rounds)
+        for case, name, problem in failures:
+            print(f"CHECK FAILED {case} {name}: {problem}")
+        return 1 if failures else 0
     failures = [] if args.no_floor else floor(floor_cases, device, timer, rounds)
     failures += sweep(cases, device, timer, rounds, deadline=start + args.budget, big_tokens=big, configs=configs)
     for case, name, problem in failures:

@@ -93,6 +93,13 @@ KERNEL_MARKER = "kv_canary"
 WALL_CALLS = 200
 
 
+def parse_case(text: str) -> tuple[int, int, bool, bool]:
+    """``"256x8192"`` -> ``(bs, seq, ragged, aligned)``: suffix ``r`` ragged lengths, ``a`` rows ``seq`` wide instead of ``seq + 1``."""
+    ragged, aligned = "r" in text, "a" in text
+    bs, seq = text.rstrip("ra").split("x")
+    return int(bs), int(seq), ragged, aligned
+
+
 def make_inputs(bs: int, seq: int, ragged: bool, seed: int = 0, aligned: bool = False):
     """numpy ``(flat_in, offsets, req_pool_indices, pool_out)`` as in sglang's benchmark.
 

@@ -118,3 +118,23 @@ def test_the_floor_kernel_on_the_conformance_cases():
 def test_the_script_runs_its_checks_and_report():
     """``--check-only``: every config of the sweep (real BLOCKs, tiny cases) against the reference, and the report code."""
     assert tune.main(["--check-only"]) == 0
+
+
+@pytest.mark.parametrize("dependent", [False, True])
+@pytest.mark.parametrize("n_tokens", [1, 1023, 1024, 3000])
+def test_the_copy_kernel_copies_the_tokens_into_the_first_cells(dependent, n_tokens):
+    """``copy_kernel`` (the copy floor): ``pool.flat[i] = int32(flat_in[i])`` for ``i < N``, every other cell untouched."""
+    rng = np.random.default_rng(n_tokens)
+    flat_in = rng.integers(-(2**40), 2**40, n_tokens, dtype=np.int64)
+    offsets = np.array([0, n_tokens // 2, n_tokens], dtype=np.int64)
+    pool = np.full((3, 1100), -7, dtype=np.int32)
+    got = torch.from_numpy(pool).to(DEVICE)
+    tune.launch_copy(*(torch.from_numpy(x).to(DEVICE) for x in (flat_in, offsets)), got, dependent)
+    expected = pool.copy().reshape(-1)
+    expected[:n_tokens] = flat_in.astype(np.int32)
+    assert_same_pool(got.cpu().numpy().reshape(-1), expected)
+
+
+def test_the_copy_floor_runs_its_checks_and_report():
+    """``--copy-floor``: the copies, the library launcher and the baseline on the tiny cases, checked, and the report."""
+    assert tune.main(["--check-only", "--copy-floor"]) == 0
