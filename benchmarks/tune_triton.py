@@ -144,6 +144,13 @@ def interior_kernel(flat_in_ptr, offsets_ptr, rows_ptr, pool_ptr, n_tokens, n_ro
             tl.store(pool_ptr + row_off + cols, ids.to(tl.int32), mask=mask)
 
 
+@triton.jit
+def range_mask(first, end, BLOCK: tl.constexpr):
+    """``first <= i < end`` for ``i`` in ``[0, BLOCK)``, compared on int32 lanes (the int64 bounds clipped to ``[0, BLOCK]`` first)."""
+    i = tl.arange(0, BLOCK)
+    return (i >= tl.maximum(first, 0).to(tl.int32)) & (i < tl.minimum(end, BLOCK).to(tl.int32))
+
+
 @triton.jit(do_not_specialize=INTS)
 def srcaligned_kernel(flat_in_ptr, offsets_ptr, rows_ptr, pool_ptr, n_tokens, n_rows, width, stride_row, BLOCK: tl.constexpr):
     """``interior``'s lanes loop with tiles aligned to ``BLOCK`` in ``flat_in``'s element offsets: wide loads.
@@ -172,7 +179,7 @@ def srcaligned_kernel(flat_in_ptr, offsets_ptr, rows_ptr, pool_ptr, n_tokens, n_
             ids = tl.load(flat_in_ptr + src + tl.arange(0, BLOCK))
             tl.store(pool_row + col + tl.arange(0, BLOCK), ids.to(tl.int32))
         else:
-            mask = k.range_mask(first - src, last - src, BLOCK)
+            mask = range_mask(first - src, last - src, BLOCK)
             ids = tl.load(flat_in_ptr + src + tl.arange(0, BLOCK), mask=mask)
             tl.store(pool_row + col + tl.arange(0, BLOCK), ids.to(tl.int32), mask=mask)
 

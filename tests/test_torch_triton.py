@@ -38,7 +38,7 @@ for int_type in ("i32", "i64"):
                                constexprs={"BLOCK": block, "WIDE": wide, "STREAM": stream})
             compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
             assert "st.global" in compiled.asm["ptx"]
-# The tiled kernel (contiguous arguments, the LARGE shape): its unmasked tiles store 16 bytes at a time.
+# The tiled kernel (contiguous arguments, the LARGE shape): its tiles store 16 bytes at a time, edges included.
 tiled_ints = ("n_tokens", "n_rows", "width", "offsets_stride", "rows_stride", "stride_row")
 for int_type in ("i32", "i64"):
     signature = dict(flat_in_ptr="*i64", offsets_ptr="*i64", rows_ptr="*i64", pool_ptr="*i32",
@@ -48,7 +48,9 @@ for int_type in ("i32", "i64"):
     source = ASTSource(fn=k.scatter_req_token_ids_tiled_kernel, signature=signature, constexprs={"BLOCK": block},
                        attrs=aligned)
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
-    assert "st.global.v4.b32" in compiled.asm["ptx"]
+    ptx = compiled.asm["ptx"]
+    # Interior and edge tiles store 16-byte vectors; the one scalar store is the edge tiles' <= 6 end cells.
+    assert ptx.count("st.global.v4.b32") >= 2 * block // (32 * warps * 4) and ptx.count("st.global.b32") == 1, ptx.count("st.global.b32")
 print("compiled")
 """
 
