@@ -66,7 +66,7 @@ import triton
 import triton.language as tl
 
 from kv_canary.baseline_kernels import launch_per_request_tile
-from kv_canary.bench import make_inputs, parse_case
+from kv_canary.bench import interleaved, make_inputs, parse_case, same_bytes_copy
 from kv_canary_torch import triton_kernel as k
 from kv_canary_torch import triton_launch
 from kv_canary_torch.triton_launch import launch_shape
@@ -369,27 +369,6 @@ def wall_us(fn) -> float:
     return (time.perf_counter() - start) * 1e6
 
 
-def interleaved(runs: dict, timer, rounds: int) -> dict:
-    """Each run's median over ``rounds`` rounds, every round timing every run once, in turn."""
-    times = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, fn in runs.items():
-            times[name].append(timer(fn))
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
-def same_bytes_copy(tokens: int, device):
-    """A copy moving the scatter's 12 bytes per token (as one copy of 6 bytes per token), as kv-canary bench times it."""
-    src = torch.empty(max(1, tokens * 6 // 4), dtype=torch.int32, device=device).random_()
-    dst = torch.empty_like(src)
-    return lambda: dst.copy_(src)
-
-
-def case_tokens(case) -> int:
-    """The tokens of a case's batch."""
-    return int(make_inputs(*case[:3], aligned=case[3])[1][-1])
-
-
 def case_inputs(case, device):
     host = make_inputs(*case[:3], aligned=case[3])
     return host, scatter_reference(*host), tuple(torch.from_numpy(x).to(device) for x in host)
@@ -425,10 +404,10 @@ def floor(cases, device, timer, rounds: int) -> list:
     return failures
 
 
-def copy_floor(cases, device, timer, rounds: int) -> list:
+def copy_floor(cases, device, timer, rounds: int, big_tokens: int = BIG) -> list:
     """What bounds the scatter at large sizes: copies of its bytes beside the library and the baseline; returns the failed checks.
 
-    Per case, interleaved: an empty kernel, the same-bytes torch copy (as
+    Per case of at least ``big_tokens`` tokens, interleaved: an empty kernel, the same-bytes torch copy (as
     ``kv-canary bench`` times it), ``copy_kernel`` (the bytes in the scatter's
     own types, aligned both ways), the same after a dependent read of the
     offsets, the library launcher and the per-request-tile baseline. Printed
@@ -441,9 +420,11 @@ def copy_floor(cases, device, timer, rounds: int) -> list:
     for case in cases:
         host, expected, inputs = case_inputs(case, device)
         tokens = host[0].shape[0]
+        if tokens < big_tokens:
+            continue
         flat_in, offsets, rows = inputs[:3]
         pool = inputs[3].clone()
-        runs = {"empty": lambda: empty_kernel[(1,)](scratch), "torch copy": same_bytes_copy(tokens, device),
+        runs = {"empty": lambda: empty_kernel[(1,)](scratch), "torch copy": same_bytes_copy(torch, tokens, device),
                 "copy": lambda: launch_copy(flat_in, offsets, pool, False),
                 "dependent copy": lambda: launch_copy(flat_in, offsets, pool, True)}
         for name, launch in (("library", lambda p: triton_launch.launch(flat_in, offsets, rows, p)),
@@ -490,7 +471,7 @@ def sweep(cases, device, timer, rounds: int, deadline: float, big_tokens: int = 
             failures.append((case, "baseline", problem))
             print(f"  CHECK FAILED {case} baseline: {problem}", flush=True)
             continue
-        runs = {"baseline": lambda: launch_per_request_tile(*inputs[:3], pool), "copy": same_bytes_copy(tokens, device)}
+        runs = {"baseline": lambda: launch_per_request_tile(*inputs[:3], pool), "copy": same_bytes_copy(torch, tokens, device)}
         for c in configs:
             problem = problem_with(lambda p, c=c: run_config(c, inputs, p), inputs, expected)
             if problem:
@@ -561,7 +542,7 @@ def main(argv=None) -> int:
     if args.case:
         cases = [parse_case(text) for text in args.case]
     if args.copy_floor:
-        failures = copy_floor([c for c in cases if case_tokens(c) >= big], device, timer, rounds)
+        failures = copy_floor(cases, device, timer, rounds, big)
         for case, name, problem in failures:
             print(f"CHECK FAILED {case} {name}: {problem}")
         return 1 if failures else 0

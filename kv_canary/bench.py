@@ -138,13 +138,6 @@ def bench_torch(inputs, expected, measures: dict):
     import torch
     import triton
 
-    # The same bytes moved by a plain device copy (read 8 + write 4 per token,
-    # as one copy of 6 bytes per token), timed the same way: what the L2 flush
-    # and launch floor leave for any kernel of this size.
-    tokens = inputs[0].shape[0]
-    src = torch.empty(max(1, tokens * 6 // 4), dtype=torch.int32, device="cuda").random_()
-    dst = torch.empty_like(src)
-
     from kv_canary.baseline_kernels import launch_per_request_tile
     from kv_canary_torch import launch_scatter_req_token_ids_kernel as launch
     from kv_canary_torch import triton_launch
@@ -164,7 +157,7 @@ def bench_torch(inputs, expected, measures: dict):
             flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=triton_out, backend="triton"
         ),
         "per_request_tile_us": lambda: launch_per_request_tile(flat_in, offsets, rows, baseline_out),
-        "same_bytes_copy_us": lambda: dst.copy_(src),
+        "same_bytes_copy_us": same_bytes_copy(torch, inputs[0].shape[0]),
         "empty_kernel_us": _empty_kernel(torch, triton),
     })
     torch_out = outs["torch"]
@@ -311,13 +304,32 @@ def jax_device_chained_us(fn, args, pool, calls: int = 5) -> float | None:
     return device_trace.chained_device_us(device_trace.kernel_events(data, KERNEL_MARKER), CHAIN)
 
 
+def same_bytes_copy(torch, tokens: int, device="cuda"):
+    """A call copying the scatter's 12 bytes per token (read 8, write 4) as one copy of 6 bytes per token.
+
+    Timed like the kernel, it is what the L2 flush and the launch floor leave
+    for any kernel of this size.
+    """
+    src = torch.empty(max(1, tokens * 6 // 4), dtype=torch.int32, device=device).random_()
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
+
+
+def interleaved(runs: dict, timer, rounds: int) -> dict:
+    """Each run's median of ``timer(run)`` over ``rounds`` rounds, every round timing every run once, in turn.
+
+    Interleaved so that a drift of the machine hits every run alike.
+    """
+    times: dict = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            times[name].append(timer(fn))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def _interleaved_us(triton, fns: dict) -> dict:
     """Microseconds per call of each of ``fns``: the median of ``ROUNDS`` interleaved rounds of ``do_bench`` medians."""
-    times: dict = {name: [] for name in fns}
-    for _ in range(ROUNDS):
-        for name, fn in fns.items():
-            times[name].append(triton.testing.do_bench(fn, return_mode="median") * 1e3)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return interleaved(fns, lambda fn: triton.testing.do_bench(fn, return_mode="median") * 1e3, ROUNDS)
 
 
 @functools.cache

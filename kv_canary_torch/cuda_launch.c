@@ -209,6 +209,14 @@ fail:
     return NULL;
 }
 
+/* The parameter slots of one launch: the bound values, the first n_pointers slots holding `pointers`; `params`
+ * point at the slots, as cuLaunchKernel takes them. */
+static void set_params(const Bound *bound, const uint64_t *pointers, uint64_t *slots, void **params) {
+    memcpy(slots, bound->slots, sizeof(uint64_t) * bound->n_params);
+    memcpy(slots, pointers, sizeof(uint64_t) * bound->n_pointers);
+    for (int i = 0; i < bound->n_params; ++i) params[i] = &slots[i];
+}
+
 /* The parameter slots of one call: the bound ones, then the pointers of `pointers` (n_pointers of them). */
 static Bound *fill(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t before, uint64_t *slots, void **params) {
     if (nargs < before) {
@@ -221,14 +229,13 @@ static Bound *fill(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t before, u
         PyErr_Format(PyExc_TypeError, "this launch takes %d pointers, got %zd", bound->n_pointers, nargs - before);
         return NULL;
     }
-    memcpy(slots, bound->slots, sizeof(uint64_t) * bound->n_params);
+    uint64_t pointers[MAX_PARAMS];
     for (int i = 0; i < bound->n_pointers; ++i) {
         unsigned long long p = PyLong_AsUnsignedLongLong(args[before + i]);
         if (p == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
-        uint64_t p64 = (uint64_t)p;
-        memcpy(&slots[i], &p64, sizeof p64);
+        pointers[i] = (uint64_t)p;
     }
-    for (int i = 0; i < bound->n_params; ++i) params[i] = &slots[i];
+    set_params(bound, pointers, slots, params);
     return bound;
 }
 
@@ -485,9 +492,7 @@ static PyObject *call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     }
     uint64_t slots[MAX_PARAMS];
     void *params[MAX_PARAMS];
-    memcpy(slots, plan.bound->slots, sizeof(uint64_t) * plan.bound->n_params);
-    memcpy(slots, plan.pointers, sizeof plan.pointers);
-    for (int i = 0; i < plan.bound->n_params; ++i) params[i] = &slots[i];
+    set_params(plan.bound, plan.pointers, slots, params); /* plan_call checked n_pointers == N_TENSORS */
     PyObject *launched = enqueue(plan.bound, plan.stream, params);
     Py_DECREF(plan.capsule);
     if (launched == Py_True) ++served_calls;

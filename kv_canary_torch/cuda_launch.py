@@ -69,9 +69,14 @@ def cache_dir() -> Path:
     return Path(os.environ.get("KV_CANARY_CACHE_DIR") or Path.home() / ".cache" / "kv-canary")
 
 
+def find_compiler(variable: str, names: tuple[str, ...]) -> str | None:
+    """``$variable``, else the first of ``names`` on the PATH, else None."""
+    return os.environ.get(variable) or next((found for name in names if (found := shutil.which(name))), None)
+
+
 def compiler() -> str | None:
     """The C compiler: ``$CC``, else the first of ``cc``, ``gcc``, ``clang`` on the PATH."""
-    return os.environ.get("CC") or next((found for name in ("cc", "gcc", "clang") if (found := shutil.which(name))), None)
+    return find_compiler("CC", ("cc", "gcc", "clang"))
 
 
 def python_include() -> str:

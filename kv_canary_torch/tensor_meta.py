@@ -20,7 +20,6 @@ Contract:
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 from pathlib import Path
 
@@ -35,7 +34,7 @@ _reason: str | None = None
 
 def compiler() -> str | None:
     """The C++ compiler: ``$CXX``, else the first of ``c++``, ``g++``, ``clang++`` on the PATH."""
-    return os.environ.get("CXX") or next((found for name in ("c++", "g++", "clang++") if (found := shutil.which(name))), None)
+    return cuda_launch.find_compiler("CXX", ("c++", "g++", "clang++"))
 
 
 def _torch_flags() -> tuple[list[str], bytes]:
