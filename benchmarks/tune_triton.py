@@ -50,6 +50,12 @@ N)``; all but ``library`` need ``flat_in`` and the pool's rows contiguous):
   offsets; interior loads unmasked (16-byte int64 pairs), stores unaligned.
 - ``switch``: ``interior`` when the longest window has at least
   SWITCH_COLUMNS columns, else the library kernel at the launcher's shape.
+- ``flat``: programs over ``flat_in``'s tokens rather than over requests,
+  the tokens loaded beside the offsets instead of after them (``flat_kernel``;
+  needs the offsets and rows contiguous too).
+
+The floor also times ``flat`` 1024/4 and the tiled kernel 1024/2 (the
+launcher's kernel for contiguous large batches).
 """
 
 from __future__ import annotations
@@ -86,6 +92,8 @@ BIG = 2**20  # tokens: the cases the 10% target is about
 REPEATS = 5
 TARGET_PROGRAMS = 4096  # lanes = min(tiles of the longest window, cdiv(TARGET_PROGRAMS, bs)), as the launcher
 SWITCH_COLUMNS = 2048
+# Whether the kernels run in Triton's interpreter, as a constexpr for flat_kernel (which has no inline asm there).
+INTERPRETED_TUNE: tl.constexpr = tl.constexpr(k.INTERPRETED)
 # copy_kernel's tile: 1024 tokens over 4 warps, 16-byte accesses both ways.
 COPY_BLOCK, COPY_WARPS = 1024, 4
 # The device-time target of issue 15 at 1M tokens and more: this times the same-run baseline.
@@ -228,6 +236,75 @@ def copy_kernel(flat_in_ptr, offsets_ptr, pool_ptr, n_tokens, bs, BLOCK: tl.cons
         tl.store(pool_ptr + i, tl.load(flat_in_ptr + i, mask=mask).to(tl.int32), mask=mask)
 
 
+@triton.jit(do_not_specialize=INTS + ["bs"])
+def flat_kernel(flat_in_ptr, offsets_ptr, rows_ptr, pool_ptr, n_tokens, n_rows, width, stride_row, bs,
+                BLOCK: tl.constexpr, SPAN: tl.constexpr):
+    """Tokens loaded before their request is known: program ``p`` owns the tokens ``[p * BLOCK, (p + 1) * BLOCK)``.
+
+    Its aligned int64 loads (16-byte vectors) go out at once, beside one load of
+    all ``bs + 1`` offsets and ``bs`` rows (``SPAN``, a power of two, >= ``bs +
+    1``). Where the offsets are *sorted and inside* ``[0, N]`` (checked by
+    every program on what it loaded), request ``r`` owns the tokens
+    ``[offsets[r], offsets[r + 1])`` and token ``t`` is column ``t -
+    offsets[r]`` of its row -- the spec's cells, since then ``base = start``,
+    ``lo = 0`` and ``hi = min(end - start, C)``; the program stores its tokens
+    for each request that meets its chunk (``r_first .. r_last``, from counts
+    of the offsets). Otherwise (any unsorted or out-of-range offset) program
+    ``p`` writes the requests ``p, p + G, ...`` (``G`` programs) by their
+    windows, as the strided kernel does: the same cells for any values.
+    Requests that name one row may write in any order: a cell both write
+    holds one of their values, as the spec allows. ``bs < 2**16`` (the counts
+    are packed in 16-bit fields).
+
+    The design that could go below the copy floor of a kernel that reads a
+    request's bounds before its tokens (``--copy-floor``). Measured on the H200
+    (seventh session, ``docs/performance-notes.md``): no faster than the tiled
+    kernel where ``bs <= 256``, and slower the larger ``bs``, as every program
+    reads all the offsets; not taken.
+    """
+    p = tl.program_id(0).to(tl.int64)
+    c0 = tl.multiple_of(p * BLOCK, BLOCK)
+    t = c0 + tl.arange(0, BLOCK)
+    q = tl.arange(0, SPAN)
+    offs = tl.load(offsets_ptr + q, mask=q <= bs, other=0)
+    nxt = tl.load(offsets_ptr + q + 1, mask=q < bs, other=0)
+    rows = tl.load(rows_ptr + q, mask=q < bs, other=-1)
+    if c0 + BLOCK <= n_tokens:  # unmasked, so the loads are 16-byte vectors
+        ids = tl.load(flat_in_ptr + t)
+    else:
+        ids = tl.load(flat_in_ptr + t, mask=t < n_tokens, other=0)
+    if not INTERPRETED_TUNE:
+        # An opaque use, so that the compiler cannot sink the token loads past the offsets' checks (it did:
+        # without this the loads waited for the offsets, and the kernel took 1.1-2x its time with it).
+        ids = tl.inline_asm_elementwise("mov.b64 $0, $1;", "=l,l", [ids], dtype=tl.int64, is_pure=False, pack=1)
+    # One reduction: the number of bad offsets (unsorted, or outside [0, N]) in bits 32 and up, and
+    # how many request ends are <= c0 (r_first) and < c0 + BLOCK (r_last + 1) in two 16-bit fields.
+    ends = (q >= 1) & (q <= bs)
+    bad = ((q < bs) & (nxt < offs)) | ((q <= bs) & ((offs < 0) | (offs > n_tokens)))
+    packed = tl.sum(tl.where(bad, 1 << 32, 0) + tl.where(ends & (offs <= c0), 1, 0)
+                    + tl.where(ends & (offs < c0 + BLOCK), 1 << 16, 0))
+    if (packed >> 32) == 0:
+        r_first = (packed & 0xFFFF).to(tl.int32)
+        r_last = tl.minimum(((packed >> 16) & 0xFFFF).to(tl.int32), bs - 1)
+        for r in range(r_first, r_last + 1):
+            start = tl.load(offsets_ptr + r)  # cached: every offset was just loaded
+            end = tl.load(offsets_ptr + r + 1)
+            row = tl.load(rows_ptr + r)
+            ok = (row >= 0) & (row < n_rows)
+            end = tl.where(ok, tl.minimum(end, start + width), start)  # the row's cells, up to the width
+            j = t - start
+            mask = (t >= start) & (t < end)
+            tl.store(pool_ptr + tl.where(ok, row, 0) * stride_row + j, ids.to(tl.int32), mask=mask)
+    else:
+        for request in range(p, bs, tl.num_programs(0)):
+            row_ok, w_row, base, lo, hi = k.request_window(request, offsets_ptr, rows_ptr, n_tokens, n_rows, width, 1, 1)
+            pool_row = pool_ptr + tl.where(row_ok, w_row, 0) * stride_row
+            for col in range(lo, hi, BLOCK):
+                cols = col + tl.arange(0, BLOCK)
+                m = cols < hi
+                tl.store(pool_row + cols, tl.load(flat_in_ptr + base + cols, mask=m).to(tl.int32), mask=m)
+
+
 @triton.jit
 def empty_kernel(x_ptr):
     """Does nothing: do_bench's floor on this machine (as ``empty_kernel_us`` in kv_canary/bench.py)."""
@@ -323,9 +400,21 @@ def launch_copy(flat_in, offsets, pool, dependent: bool, block: int = COPY_BLOCK
                                                  num_warps=warps)
 
 
+def launch_flat(flat_in, offsets, rows, pool, block, warps):
+    sizes = _contiguous_sizes(flat_in, rows, pool)
+    if sizes is None:
+        return
+    bs, n_tokens, n_rows, width = sizes
+    assert offsets.stride(0) == 1 and rows.stride(0) == 1, "a contiguous-only variant"
+    assert bs < 2**16, "flat_kernel packs request counts in 16 bits"
+    span = max(16, triton.next_power_of_2(bs + 1))
+    flat_kernel[(triton.cdiv(n_tokens, block),)](flat_in, offsets, rows, pool, n_tokens, n_rows, width, pool.stride(0), bs,
+                                                 BLOCK=block, SPAN=span, num_warps=warps)
+
+
 VARIANTS = {
     "library": launch_library, "interior": launch_interior, "tiled": launch_tiled,
-    "srcaligned": launch_srcaligned, "switch": launch_switch,
+    "srcaligned": launch_srcaligned, "switch": launch_switch, "flat": launch_flat,
 }
 
 
@@ -386,6 +475,8 @@ def floor(cases, device, timer, rounds: int) -> list:
             "floor": lambda p: launch_floor(*inputs[:3], p),
             f"library {block}/{warps}": lambda p: launch_library(*inputs[:3], p, block, warps),
             "baseline": lambda p: launch_per_request_tile(*inputs[:3], p),
+            "flat 1024/4": lambda p: launch_flat(*inputs[:3], p, 1024, 4),
+            "tiled 1024/2": lambda p: launch_tiled(*inputs[:3], p, 1024, 2),
         }
         pool = inputs[3].clone()
         runs = {"empty": lambda: empty_kernel[(1,)](scratch)}

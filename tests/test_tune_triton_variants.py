@@ -48,6 +48,7 @@ LAUNCHES = {
     "tiled": tune.launch_tiled,
     "srcaligned": tune.launch_srcaligned,
     "switch": functools.partial(tune.launch_switch, columns=2 * BLOCK),
+    "flat": tune.launch_flat,
 }
 
 
