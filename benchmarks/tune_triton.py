@@ -444,6 +444,26 @@ def problem_with(launch, inputs, expected, partial=False) -> str | None:
     return None
 
 
+def checked_runs(case, launches: dict, inputs, expected, pool, failures: list, partial=()) -> dict:
+    """``{name: run}`` for each of ``launches`` (``name -> launch(pool)``) that leaves ``expected`` (``problem_with``).
+
+    Each run launches on ``pool``; a launch that fails its check is printed
+    and appended to ``failures`` as ``(case, label, problem)`` instead (a
+    ``Config`` name is labelled by its ``.name``). The names in ``partial``
+    are checked as writing a subset (the floor kernel).
+    """
+    runs = {}
+    for name, launch in launches.items():
+        problem = problem_with(launch, inputs, expected, partial=name in partial)
+        if problem:
+            label = getattr(name, "name", name)
+            failures.append((case, label, problem))
+            print(f"  CHECK FAILED {case} {label}: {problem}", flush=True)
+        else:
+            runs[name] = lambda launch=launch: launch(pool)
+    return runs
+
+
 def bench_us(fn) -> float:
     """Device us of one call: do_bench's median (it flushes the L2 before each call)."""
     return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median") * 1e3
@@ -467,6 +487,7 @@ def floor(cases, device, timer, rounds: int) -> list:
     """The latency floor at small sizes (module docstring); returns the failed checks."""
     failures = []
     scratch = torch.empty(1, device=device)
+    tiled_block, tiled_warps = triton_launch.LARGE[0], triton_launch.TILED_WARPS  # the launcher's tiled kernel
     print("latency floor: device us, and in brackets the excess over the empty kernel", flush=True)
     for case in cases:
         host, expected, inputs = case_inputs(case, device)
@@ -476,17 +497,11 @@ def floor(cases, device, timer, rounds: int) -> list:
             f"library {block}/{warps}": lambda p: launch_library(*inputs[:3], p, block, warps),
             "baseline": lambda p: launch_per_request_tile(*inputs[:3], p),
             "flat 1024/4": lambda p: launch_flat(*inputs[:3], p, 1024, 4),
-            "tiled 1024/2": lambda p: launch_tiled(*inputs[:3], p, 1024, 2),
+            f"tiled {tiled_block}/{tiled_warps}": lambda p: launch_tiled(*inputs[:3], p, tiled_block, tiled_warps),
         }
         pool = inputs[3].clone()
         runs = {"empty": lambda: empty_kernel[(1,)](scratch)}
-        for name, launch in launches.items():
-            problem = problem_with(launch, inputs, expected, partial=name == "floor")
-            if problem:
-                failures.append((case, name, problem))
-                print(f"  CHECK FAILED {case} {name}: {problem}", flush=True)
-            else:
-                runs[name] = lambda launch=launch: launch(pool)
+        runs |= checked_runs(case, launches, inputs, expected, pool, failures, partial=("floor",))
         med = interleaved(runs, timer, rounds)
         empty = med["empty"]
         print(f"  {case} {host[0].shape[0]} tokens: empty {empty:.2f}; "
@@ -518,14 +533,9 @@ def copy_floor(cases, device, timer, rounds: int, big_tokens: int = BIG) -> list
         runs = {"empty": lambda: empty_kernel[(1,)](scratch), "torch copy": same_bytes_copy(torch, tokens, device),
                 "copy": lambda: launch_copy(flat_in, offsets, pool, False),
                 "dependent copy": lambda: launch_copy(flat_in, offsets, pool, True)}
-        for name, launch in (("library", lambda p: triton_launch.launch(flat_in, offsets, rows, p)),
-                             ("baseline", lambda p: launch_per_request_tile(flat_in, offsets, rows, p))):
-            problem = problem_with(launch, inputs, expected)
-            if problem:
-                failures.append((case, name, problem))
-                print(f"  CHECK FAILED {case} {name}: {problem}", flush=True)
-            else:
-                runs[name] = lambda launch=launch: launch(pool)
+        launches = {"library": lambda p: triton_launch.launch(flat_in, offsets, rows, p),
+                    "baseline": lambda p: launch_per_request_tile(flat_in, offsets, rows, p)}
+        runs |= checked_runs(case, launches, inputs, expected, pool, failures)
         copied = pool.clone()
         launch_copy(flat_in, offsets, copied, True)
         if not np.array_equal(copied.view(-1)[:tokens].cpu().numpy(), host[0].astype(np.int32)):
@@ -557,19 +567,13 @@ def sweep(cases, device, timer, rounds: int, deadline: float, big_tokens: int = 
         host, expected, inputs = case_inputs(case, device)
         tokens = host[0].shape[0]
         pool = inputs[3].clone()
-        problem = problem_with(lambda p: launch_per_request_tile(*inputs[:3], p), inputs, expected)
-        if problem:  # no ratios without it: the case is skipped
-            failures.append((case, "baseline", problem))
-            print(f"  CHECK FAILED {case} baseline: {problem}", flush=True)
+        runs = checked_runs(case, {"baseline": lambda p: launch_per_request_tile(*inputs[:3], p)}, inputs, expected, pool,
+                            failures)
+        if not runs:  # no ratios without the baseline: the case is skipped
             continue
-        runs = {"baseline": lambda: launch_per_request_tile(*inputs[:3], pool), "copy": same_bytes_copy(torch, tokens, device)}
-        for c in configs:
-            problem = problem_with(lambda p, c=c: run_config(c, inputs, p), inputs, expected)
-            if problem:
-                failures.append((case, c.name, problem))
-                print(f"  CHECK FAILED {case} {c.name}: {problem}", flush=True)
-            else:
-                runs[c] = lambda c=c: run_config(c, inputs, pool)
+        runs["copy"] = same_bytes_copy(torch, tokens, device)
+        runs |= checked_runs(case, {c: lambda p, c=c: run_config(c, inputs, p) for c in configs}, inputs, expected, pool,
+                             failures)
         med = interleaved(runs, timer, rounds)
         base, copy = med["baseline"], med["copy"]
         timed = [c for c in configs if c in med]
@@ -634,11 +638,9 @@ def main(argv=None) -> int:
         cases = [parse_case(text) for text in args.case]
     if args.copy_floor:
         failures = copy_floor(cases, device, timer, rounds, big)
-        for case, name, problem in failures:
-            print(f"CHECK FAILED {case} {name}: {problem}")
-        return 1 if failures else 0
-    failures = [] if args.no_floor else floor(floor_cases, device, timer, rounds)
-    failures += sweep(cases, device, timer, rounds, deadline=start + args.budget, big_tokens=big, configs=configs)
+    else:
+        failures = [] if args.no_floor else floor(floor_cases, device, timer, rounds)
+        failures += sweep(cases, device, timer, rounds, deadline=start + args.budget, big_tokens=big, configs=configs)
     for case, name, problem in failures:
         print(f"CHECK FAILED {case} {name}: {problem}")
     print(f"done in {time.perf_counter() - start:.0f} s", flush=True)
