@@ -27,8 +27,8 @@ INT64_MAX), so the spec skips it, and a kernel that writes for it fails the
 comparison. Many cases share one launch (memcheck makes every launch slow);
 that keeps the check exact because a cell several requests write may hold any
 of their values, and the comparison allows exactly that. Launches cycle over a
-few pool geometries (one column; many rows; more columns than one Triton tile;
-one token) and, for the torch kernels, pool layouts (contiguous, a column
+few pool geometries (one column; many rows; more columns than three Triton
+tiles; one token) and, for the torch kernels, pool layouts (contiguous, a column
 slice, every other row, every other column, transposed), each a view into a
 larger buffer whose cells outside the view are checked unchanged.
 
@@ -62,9 +62,11 @@ from shared_spec.reference import scatter_reference, written_columns  # noqa: E4
 INT64_MIN, INT64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 GPU_KERNELS = ("torch/triton", "jax/pallas", "jax/mosaic")
 CPU_KERNELS = ("torch/triton", "torch/torch", "jax/xla", "jax/pallas", "jax/mosaic")
-# (rows R, columns C, tokens N): one column; many rows; more columns than a
-# 1024-column Triton tile; a single token.
-GEOMETRIES = ((8, 1, 5), (24, 96, 400), (6, 1030, 2600), (4, 7, 1))
+# (rows R, columns C, tokens N): one column; many rows; windows of more than
+# three 1024-column Triton tiles, over enough tokens that a launch of 64 cases
+# takes the tiled kernel where the pool's columns are contiguous
+# (triton_launch.tiled), the lanes kernel's tile loop elsewhere; a single token.
+GEOMETRIES = ((8, 1, 5), (24, 96, 400), (6, 3100, 40000), (4, 7, 1))
 LAYOUTS = ("contiguous", "column-slice", "every-other-row", "every-other-column", "transposed")
 GUARD = -0x5A5A5A5A  # what the buffer around a pool view holds; a kernel never writes it
 

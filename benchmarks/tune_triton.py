@@ -3,6 +3,7 @@
     python benchmarks/tune_triton.py                  # one H200: about 2 minutes (--budget caps the sweep)
     python benchmarks/tune_triton.py --copy-floor     # the copy floor alone: about 30 s
     python benchmarks/tune_triton.py --no-floor --case 4096x512 --config tiled/1024/2 --config library/512/4
+    python benchmarks/tune_triton.py --no-floor --timer chained   # the sweep in CUDA graphs, inputs warm
     TRITON_INTERPRET=1 python benchmarks/tune_triton.py --check-only   # no GPU needed
 
 Floor (first, short): for a few cases of at most 64K tokens, an empty kernel,
@@ -20,7 +21,9 @@ kernel that reads a request's bounds before its tokens meets it.
 Sweep: for each of CASES (or the ``--case`` ones), every config of CONFIGS, the per-request-tile
 baseline (kv_canary.baseline_kernels) and a same-bytes copy (as ``kv-canary
 bench`` times it: one int32 copy of 6 bytes per token) are timed with
-``do_bench`` (median of one call, L2 flushed, warmup 10 ms, rep 40 ms),
+``do_bench`` (median of one call, L2 flushed, warmup 10 ms, rep 40 ms) or,
+with ``--timer chained``, back to back in CUDA graphs with no flush
+(``kv_canary.bench.graph_chain_us``: the regime of a captured serving step),
 REPEATS rounds interleaved so that drift hits all alike; a figure is the
 median over rounds. Printed per case: each config's us and its ratios to the
 baseline and to the copy; at the end, per config, the worst and mean ratio to
@@ -45,7 +48,9 @@ N)``; all but ``library`` need ``flat_in`` and the pool's rows contiguous):
   offsets; tiles inside the window unmasked (16-byte stores), edges masked.
 - ``tiled``: the same tiles, one program each (grid axis 1 = tile), no loop:
   the library's ``scatter_req_token_ids_tiled_kernel``, which the launcher
-  runs for contiguous large batches since this sweep (2026-11-30).
+  runs for contiguous large batches since this sweep (2026-11-30), and only
+  for windows of ``TILED_MIN_TILES`` tiles or more since the eighth session's
+  chained sweep (``--timer chained``).
 - ``srcaligned``: lanes loop over tiles aligned to BLOCK in ``flat_in``'s
   offsets; interior loads unmasked (16-byte int64 pairs), stores unaligned.
 - ``switch``: ``interior`` when the longest window has at least
@@ -72,7 +77,7 @@ import triton
 import triton.language as tl
 
 from kv_canary.baseline_kernels import launch_per_request_tile
-from kv_canary.bench import interleaved, make_inputs, parse_case, same_bytes_copy
+from kv_canary.bench import graph_chain_us, interleaved, make_inputs, parse_case, same_bytes_copy
 from kv_canary_torch import triton_kernel as k
 from kv_canary_torch import triton_launch
 from kv_canary_torch.triton_launch import launch_shape
@@ -469,6 +474,11 @@ def bench_us(fn) -> float:
     return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median") * 1e3
 
 
+def chained_us(fn) -> float:
+    """Device us of one call in a chain (``--timer chained``): CUDA graphs of 16 calls and of 1, no flush (kv_canary.bench)."""
+    return graph_chain_us(torch, fn)
+
+
 def wall_us(fn) -> float:
     """Wall us of one call (``--check-only``: exercises the report, measures nothing of interest)."""
     start = time.perf_counter()
@@ -610,6 +620,9 @@ def main(argv=None) -> int:
     parser.add_argument("--no-floor", action="store_true", help="skip the latency floor")
     parser.add_argument("--case", action="append", metavar="BSxSEQ[r][a]",
                         help="time these cases instead of CASES (e.g. 4096x512, 256x8192r; suffix a: rows seq wide)")
+    parser.add_argument("--timer", choices=("flushed", "chained"), default="flushed",
+                        help="flushed: do_bench with the L2 flushed before each call (the bench's method, default); "
+                             "chained: CUDA graphs of back-to-back calls, inputs warm (a captured serving step)")
     parser.add_argument("--copy-floor", action="store_true",
                         help="only the copy floor of the cases of >= 1M tokens (copy_floor), no sweep")
     args = parser.parse_args(argv)
@@ -633,7 +646,8 @@ def main(argv=None) -> int:
     if args.check_only:
         timer, cases, floor_cases, rounds, big = wall_us, CHECK_CASES, CHECK_CASES[:2], 2, 1000
     else:
-        timer, cases, floor_cases, rounds, big = bench_us, CASES, FLOOR_CASES, REPEATS, BIG
+        timer = chained_us if args.timer == "chained" else bench_us
+        cases, floor_cases, rounds, big = CASES, FLOOR_CASES, REPEATS, BIG
     if args.case:
         cases = [parse_case(text) for text in args.case]
     if args.copy_floor:

@@ -11,12 +11,13 @@ Two kernels (``triton_kernel``), chosen from shapes and strides only:
 
 - ``tiled`` (``scatter_req_token_ids_tiled_kernel``): where ``flat_in`` and
   the pool's columns are contiguous, the batch is large (the ``LARGE``
-  shape's tiles, over ``TILED_WARPS`` warps), its grid ``(bs, cdiv(min(C,
-  N), BLOCK) + 1)`` has at most ``TILED_IDLE`` programs per tile of tokens
-  (``cdiv(N, BLOCK) + bs``; a decode batch of one token per request on a
-  wide pool does not pay a program per empty tile) and fits CUDA's axis 1
-  (65535): one program per aligned tile, no loop, unmasked 16-byte stores
-  inside windows;
+  shape's tiles, over ``TILED_WARPS`` warps), a window may span at least
+  ``TILED_MIN_TILES`` tiles (``cdiv(min(C, N), BLOCK)``), its grid ``(bs,
+  cdiv(min(C, N), BLOCK) + 1)`` has at most ``TILED_IDLE`` programs per tile
+  of tokens (``cdiv(N, BLOCK) + bs``; a decode batch of one token per
+  request on a wide pool does not pay a program per empty tile) and fits
+  CUDA's axis 1 (65535): one program per aligned tile, no loop, unmasked
+  16-byte stores inside windows;
 - ``lanes`` (``scatter_req_token_ids_kernel``): everything else, any strides.
 
 How it launches (``_FastLaunch``): the first call of a shape compiles through
@@ -71,6 +72,16 @@ LARGE = (1024, 4, 4096, False)
 # 1M tokens or more, 2 warps / 4 warps: worst 0.98 / 1.06, mean 0.93 / 0.96;
 # 2 warps faster at 6 of the 8 cases.
 TILED_WARPS = 2
+# The tiled kernel only where a window may span this many tiles or more. On
+# shorter windows (sglang's 513- and 2049-column rows) the lanes kernel matched
+# it with the L2 flushed before each call and beat it chained in a CUDA graph,
+# inputs warm: tune_triton.py on one H200 (eighth session), ratio to the
+# same-run baseline, tiled / lanes, medians of three flushed runs, then chained:
+# 4096 x 512 0.96 / 0.98, 1.34 / 1.14; 1024 x 2048 1.00 / 1.00, 1.11 / 1.03;
+# 256 x 2048 0.98 / 0.90, 1.21 / 1.06; 64 x 2048 1.01 / 0.96, 1.04 / 0.99.
+# From 8193 columns on the tiled kernel was ahead flushed (256 x 8192 0.94 /
+# 1.01, ragged 0.97 / 1.00 and 0.94 / 0.99).
+TILED_MIN_TILES = 4
 # The tiled kernel's grid may hold at most this many programs per tile of tokens
 # (cdiv(N, BLOCK) + bs: each request's first tile may be partial); past that
 # most of its programs would find nothing to copy and the lanes kernel, whose
@@ -87,9 +98,12 @@ def launch_shape(bs: int, width: int, n_tokens: int) -> tuple[int, int, int, boo
 
 
 def tiled(shape, flat_stride: int, stride_col: int, bs: int, tiles: int, token_tiles: int) -> bool:
-    """Whether the tiled kernel runs (module docstring): contiguous, large, not too idle, and within grid axis 1."""
+    """Whether the tiled kernel runs (module docstring): contiguous, large, long windows, not too idle, within grid axis 1.
+
+    ``tiles`` is its grid's axis 1, ``cdiv(min(C, N), BLOCK) + 1``; ``token_tiles`` is ``cdiv(N, BLOCK) + bs``.
+    """
     return (
-        flat_stride == 1 and stride_col == 1 and shape == LARGE
+        flat_stride == 1 and stride_col == 1 and shape == LARGE and tiles - 1 >= TILED_MIN_TILES
         and bs * tiles <= TILED_IDLE * token_tiles and tiles <= GRID_AXIS_1
     )
 

@@ -161,7 +161,7 @@ from triton.compiler import ASTSource
 from kv_canary_torch import cuda_launch, triton_kernel as k, triton_launch as launch
 aligned = {(i,): [["tt.divisibility", 16]] for i in range(4)}
 pointers = dict(flat_in_ptr="*i64", offsets_ptr="*i64", rows_ptr="*i64", pool_ptr="*i32")
-for bs, width, n_tokens, flat_stride, kind in ((64, 2049, 64 * 2048, 1, launch.TILED), (64, 2049, 64 * 2048, 2, launch.LANES),
+for bs, width, n_tokens, flat_stride, kind in ((64, 4097, 64 * 4096, 1, launch.TILED), (64, 4097, 64 * 4096, 2, launch.LANES),
                                                (4, 33, 100, 1, launch.LANES)):
     plan = launch._plan((bs, n_tokens, bs + 1, width, width, 1, flat_stride, 1, 1, 0))
     assert plan.kernel == kind and plan.small_ints

@@ -77,6 +77,17 @@ def test_bench_ratios_of_device_and_chained_figures():
     assert "mosaic_over_pallas_device" not in bench.derived({"jax_pallas_device_us": 2.0}, empty_us=3.0)
 
 
+def test_bench_ratios_of_the_triton_kernel_flushed_and_chained():
+    measures = {"torch_triton_us": 9.0, "per_request_tile_us": 10.0, "same_bytes_copy_us": 8.0, "empty_kernel_us": 4.0,
+                "torch_triton_chained_us": 6.0, "per_request_tile_chained_us": 5.0}
+    out = bench.derived(measures, empty_us=3.0)
+    assert out["triton_over_baseline"] == pytest.approx(0.9)
+    assert out["triton_over_copy"] == pytest.approx(1.125)
+    assert out["triton_over_baseline_chained"] == pytest.approx(1.2)
+    assert out["triton_over_empty_us"] == pytest.approx(5.0)
+    assert "triton_over_baseline_chained" not in bench.derived({"torch_triton_chained_us": 6.0}, empty_us=3.0)
+
+
 def test_trace_runs_the_function_under_the_profiler_and_returns_its_trace():
     jax = pytest.importorskip("jax")
     ran = []

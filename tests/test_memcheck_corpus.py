@@ -63,3 +63,20 @@ def test_the_script_runs_on_the_cpu():
     summary = re.search(r"cases run: (\d+) .* mismatches: (\d+), kernels: (.*)", result.stdout)
     assert summary is not None, result.stdout
     assert summary.groups() == ("32", "0", "torch/triton, torch/torch, jax/xla, jax/pallas")
+
+
+def test_a_default_run_launches_both_triton_kernels():
+    # The memory checker is only as good as the kernels the corpus reaches: with the script's defaults (1024 cases,
+    # 64 per launch) the wide geometry on a contiguous pool takes the tiled kernel, the other geometries the lanes one.
+    from kv_canary_torch import triton_launch
+
+    kernels = set()
+    try:
+        for flat_in, offsets, rows, pool, layout in mc.corpus(1024, 64, seed=0):
+            if layout == "contiguous":
+                n_rows, width = pool.shape
+                key = (rows.shape[0], flat_in.shape[0], n_rows, width, width, 1, 1, 1, 1, None)
+                kernels.add(triton_launch._plan(key).kernel)
+    finally:
+        triton_launch.forget()
+    assert kernels == {triton_launch.TILED, triton_launch.LANES}

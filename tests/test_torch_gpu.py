@@ -254,8 +254,8 @@ def test_arguments_on_two_devices_are_refused():
 
 @pytest.mark.parametrize(
     "bs, width, strided, kernel",
-    [(64, 2049, False, "tiled"), (64, 2049, True, "lanes"), (4, 33, False, "lanes")],
-    ids=["tiled", "strided-flat", "small"],
+    [(64, 4097, False, "tiled"), (64, 4097, True, "lanes"), (64, 2049, False, "lanes"), (4, 33, False, "lanes")],
+    ids=["tiled", "strided-flat", "short-windows", "small"],
 )
 def test_the_fast_launch_path_serves_each_kernel(bs, width, strided, kernel):
     # The first launch of a shape compiles through Triton's generic path and remembers the kernel; the next

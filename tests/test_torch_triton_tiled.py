@@ -1,10 +1,11 @@
 """The Triton backend's tiled kernel (contiguous arguments, large batches) against the reference, and when it is chosen.
 
 The launcher takes ``scatter_req_token_ids_tiled_kernel`` only for the LARGE
-shape (1024-column tiles); here LARGE is shrunk to a 16-column tile and every
-batch made "large", so that tiles inside windows (unmasked), at their edges
-(masked) and past them (nothing) all occur on small random batches, hostile
-values included. Runs interpreted without a GPU, on the GPU otherwise.
+shape (1024-column tiles) and windows of ``TILED_MIN_TILES`` tiles or more;
+here LARGE is shrunk to a 16-column tile and every batch made to take it (no
+size, window or idleness limit), so that tiles inside windows (unmasked), at
+their edges (masked) and past them (nothing) all occur on small random
+batches, hostile values included. Runs interpreted without a GPU, on the GPU otherwise.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ BLOCK = 16
 
 @pytest.fixture
 def small_tiles(monkeypatch):
-    """Every batch launches the LARGE shape, with BLOCK-column tiles; no plan or fast-path entry survives the test."""
+    """Every contiguous batch launches the tiled kernel, with BLOCK-column tiles; no plan or fast-path entry survives the test."""
     monkeypatch.setattr(triton_launch, "LARGE", (BLOCK, 4, 4096, False))
     monkeypatch.setattr(triton_launch, "SMALL_CELLS", -1)
     monkeypatch.setattr(triton_launch, "TILED_IDLE", 10**9)
+    monkeypatch.setattr(triton_launch, "TILED_MIN_TILES", 0)
     triton_launch.forget()
     yield
     triton_launch.forget()
@@ -82,10 +84,13 @@ def test_the_conformance_cases(small_tiles):
 @pytest.mark.parametrize(
     "flat_stride, stride_col, bs, tiles, token_tiles, expected",
     [
-        (1, 1, 256, 9, 2048 + 256, True),  # sglang's 256 x 8192: a tile per program, nearly all busy
-        (2, 1, 256, 9, 2048 + 256, False),  # flat_in strided
-        (1, 3, 256, 9, 2048 + 256, False),  # pool columns strided
-        (1, 1, 4096, 9, 4 + 4096, False),  # decode: one token per request on a wide pool
+        (1, 1, 256, 10, 2048 + 256, True),  # sglang's 256 x 8192: a tile per program, nearly all busy
+        (1, 1, 64, 5, 256 + 64, True),  # 64 x 4096: windows of 4 tiles, the least that takes it
+        (1, 1, 1024, 4, 2048 + 1024, False),  # 1024 x 2048 (rows 2049 wide): windows of at most 3 tiles
+        (1, 1, 4096, 2, 2048 + 4096, False),  # 4096 x 512: windows within one tile
+        (2, 1, 256, 10, 2048 + 256, False),  # flat_in strided
+        (1, 3, 256, 10, 2048 + 256, False),  # pool columns strided
+        (1, 1, 4096, 10, 4 + 4096, False),  # decode: one token per request on a wide pool
         (1, 1, 1, triton_launch.GRID_AXIS_1 + 1, triton_launch.GRID_AXIS_1, False),  # past CUDA's grid axis 1
     ],
 )
