@@ -20,7 +20,9 @@ Math of the strided kernel (one program per (request ``r``, column lane ``p``); 
 
 All int64 arithmetic is per program, on scalars; the per-element work is two
 int32 compares and two address computations (int64 only when ``WIDE``: a
-column index times a stride could pass 2**31). Loads and stores are masked,
+column index times a stride could pass 2**31), without the stride multiplies
+when ``UNIT`` (``flat_in`` and the pool's columns contiguous, as the launcher
+knows from the strides). Loads and stores are masked,
 every argument may have any strides, and a program whose lane has no tile in
 ``[lo, hi)`` (or whose row is outside the pool) costs three scalar loads.
 """
@@ -79,6 +81,7 @@ def scatter_req_token_ids_kernel(
     BLOCK: tl.constexpr,  # columns per tile
     WIDE: tl.constexpr,  # column offsets need int64 (C * stride or C + lanes * BLOCK >= 2**31)
     STREAM: tl.constexpr,  # streaming cache hints: each byte is touched once
+    UNIT: tl.constexpr,  # flat_stride == stride_col == 1: addresses are a base plus the lane's offsets
 ):
     # bs on axis 0: up to 2**31 - 1 programs (axes 1 and 2 stop at 65535).
     request = tl.program_id(0).to(tl.int64)
@@ -99,12 +102,18 @@ def scatter_req_token_ids_kernel(
     for tile in range((lo_c // BLOCK + lane) * BLOCK, hi_c, lanes * BLOCK):
         cols = tile + tl.arange(0, BLOCK)
         mask = (cols >= lo_c) & (cols < hi_c)
-        if STREAM:
-            ids = tl.load(flat_row + cols * flat_stride, mask=mask, eviction_policy="evict_first")
-            tl.store(pool_row + cols * stride_col, ids.to(tl.int32), mask=mask, cache_modifier=".cs")
+        if UNIT:  # one scalar base per tile plus constant lane offsets, instead of a multiply per element
+            flat_at = flat_row + cols
+            pool_at = pool_row + cols
         else:
-            ids = tl.load(flat_row + cols * flat_stride, mask=mask)
-            tl.store(pool_row + cols * stride_col, ids.to(tl.int32), mask=mask)
+            flat_at = flat_row + cols * flat_stride
+            pool_at = pool_row + cols * stride_col
+        if STREAM:
+            ids = tl.load(flat_at, mask=mask, eviction_policy="evict_first")
+            tl.store(pool_at, ids.to(tl.int32), mask=mask, cache_modifier=".cs")
+        else:
+            ids = tl.load(flat_at, mask=mask)
+            tl.store(pool_at, ids.to(tl.int32), mask=mask)
 
 
 @triton.jit(do_not_specialize=["n_tokens", "n_rows", "width", "offsets_stride", "rows_stride", "stride_row"])

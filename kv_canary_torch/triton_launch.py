@@ -80,7 +80,10 @@ TILED_WARPS = 2
 # 4096 x 512 0.96 / 0.98, 1.34 / 1.14; 1024 x 2048 1.00 / 1.00, 1.11 / 1.03;
 # 256 x 2048 0.98 / 0.90, 1.21 / 1.06; 64 x 2048 1.01 / 0.96, 1.04 / 0.99.
 # From 8193 columns on the tiled kernel was ahead flushed (256 x 8192 0.94 /
-# 1.01, ragged 0.97 / 1.00 and 0.94 / 0.99).
+# 1.01, ragged 0.97 / 1.00 and 0.94 / 0.99). With the lanes kernel's UNIT
+# specialization since, two flushed runs and one chained: 4096 x 512 0.90, 0.98 /
+# 0.98, 1.03, chained 1.31 / 1.01; 1024 x 2048 0.95, 1.01 / 1.22 (an outlier),
+# 1.04, chained 1.15 / 1.03; 256 x 32768 0.94, 0.96 / 1.02, 1.02, chained 0.96 / 1.04.
 TILED_MIN_TILES = 4
 # The tiled kernel's grid may hold at most this many programs per tile of tokens
 # (cdiv(N, BLOCK) + bs: each request's first tile may be partial); past that
@@ -90,6 +93,9 @@ TILED_IDLE = 4
 # CUDA's grid axis 1 (the tiled kernel's tiles per request) stops here.
 GRID_AXIS_1 = 65535
 TILED, LANES = "tiled", "lanes"
+# Each kernel's constexpr parameters, in the order of a plan's ``constexprs``.
+TILED_CONSTEXPRS = ("BLOCK",)
+LANES_CONSTEXPRS = ("BLOCK", "WIDE", "STREAM", "UNIT")
 
 
 def launch_shape(bs: int, width: int, n_tokens: int) -> tuple[int, int, int, bool]:
@@ -143,11 +149,11 @@ def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch
         return
     module = _module or kernel_module()
     args = (flat_in, offsets, req_pool_indices, pool_out, *plan.ints)
-    block, warps, _, stream = plan.shape
     if plan.kernel == TILED:
-        kernel, meta = module.scatter_req_token_ids_tiled_kernel, dict(BLOCK=block, num_warps=warps)
+        kernel, names = module.scatter_req_token_ids_tiled_kernel, TILED_CONSTEXPRS
     else:
-        kernel, meta = module.scatter_req_token_ids_kernel, dict(BLOCK=block, WIDE=plan.wide, STREAM=stream, num_warps=warps)
+        kernel, names = module.scatter_req_token_ids_kernel, LANES_CONSTEXPRS
+    meta = dict(zip(names, plan.constexprs), num_warps=plan.shape[1])
     if device < 0 or device == torch.cuda.current_device():
         compiled = kernel[plan.grid](*args, **meta)
     else:  # Triton launches on the current device: make it pool_out's
@@ -226,8 +232,8 @@ class _Plan(NamedTuple):
     ints: tuple[int, ...]  # the kernel's integer arguments, in order
     shape: tuple[int, int, int, bool]  # (BLOCK, num_warps, TARGET_PROGRAMS, STREAM)
     wide: bool
-    constexprs: tuple  # the kernel's constexprs (lanes: BLOCK, WIDE, STREAM; tiled: BLOCK), appended to the launcher's arguments
-    variant: tuple  # (device, kernel, shape, wide): one compiled kernel each
+    constexprs: tuple  # the kernel's constexprs (LANES_CONSTEXPRS or TILED_CONSTEXPRS), appended to the launcher's arguments
+    variant: tuple  # (device, kernel, shape, constexprs): one compiled kernel each
     small_ints: bool  # every int fits int32 (the fast path's specialization)
     kernel: str = LANES  # TILED or LANES
 
@@ -250,12 +256,13 @@ def _plan(key: tuple) -> _Plan:
         if tiled(shape, flat_stride, stride_col, bs, tiles, -(-n_tokens // block) + bs):
             shape = (block, TILED_WARPS, target, stream)
             ints = (n_tokens, n_rows, width, offsets_stride, rows_stride, stride_row)
-            plan = _Plan((bs, tiles), ints, shape, False, (block,), (device, TILED, shape, False), max(ints) < 2**31, TILED)
+            plan = _Plan((bs, tiles), ints, shape, False, (block,), (device, TILED, shape, (block,)), max(ints) < 2**31, TILED)
         else:
             lanes = min(-(-longest_window(width, n_tokens) // block), -(-target // bs))
             wide = width * max(stride_col, flat_stride, 1) >= 2**31 or width + lanes * block >= 2**31
             ints = (n_tokens, n_rows, width, flat_stride, offsets_stride, rows_stride, stride_row, stride_col)
-            plan = _Plan((bs, lanes), ints, shape, wide, (block, wide, stream), (device, LANES, shape, wide), max(ints) < 2**31)
+            constexprs = (block, wide, stream, flat_stride == 1 and stride_col == 1)
+            plan = _Plan((bs, lanes), ints, shape, wide, constexprs, (device, LANES, shape, constexprs), max(ints) < 2**31)
     if len(_plans) >= PLAN_CACHE:
         _plans.clear()
         _bound.clear()

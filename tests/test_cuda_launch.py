@@ -166,8 +166,9 @@ for bs, width, n_tokens, flat_stride, kind in ((64, 4097, 64 * 4096, 1, launch.T
     plan = launch._plan((bs, n_tokens, bs + 1, width, width, 1, flat_stride, 1, 1, 0))
     assert plan.kernel == kind and plan.small_ints
     fn = k.scatter_req_token_ids_tiled_kernel if kind == launch.TILED else k.scatter_req_token_ids_kernel
-    names = [n for n in fn.arg_names if n not in pointers and n not in ("BLOCK", "WIDE", "STREAM")]
-    constexprs = dict(zip(("BLOCK", "WIDE", "STREAM"), plan.constexprs))
+    constexpr_names = launch.TILED_CONSTEXPRS if kind == launch.TILED else launch.LANES_CONSTEXPRS
+    names = [n for n in fn.arg_names if n not in pointers and n not in constexpr_names]
+    constexprs = dict(zip(constexpr_names, plan.constexprs))
     signature = dict(pointers, **{n: "i32" for n in names}, **{n: "constexpr" for n in constexprs})
     source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=aligned)
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": plan.shape[1]})

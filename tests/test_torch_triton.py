@@ -31,13 +31,19 @@ from kv_canary_torch import triton_kernel as k, triton_launch as launch
 ints = ("n_tokens", "n_rows", "width", "flat_stride", "offsets_stride", "rows_stride", "stride_row", "stride_col")
 for int_type in ("i32", "i64"):
     signature = dict(flat_in_ptr="*i64", offsets_ptr="*i64", rows_ptr="*i64", pool_ptr="*i32",
-                     **{name: int_type for name in ints}, BLOCK="constexpr", WIDE="constexpr", STREAM="constexpr")
+                     **{name: int_type for name in ints}, **{name: "constexpr" for name in launch.LANES_CONSTEXPRS})
     for block, warps, _, stream in (launch.SMALL, launch.LARGE):
-        for wide in (False, True):
+        multiplies = {}
+        for wide, unit in ((False, False), (True, False), (False, True), (True, True)):
             source = ASTSource(fn=k.scatter_req_token_ids_kernel, signature=signature,
-                               constexprs={"BLOCK": block, "WIDE": wide, "STREAM": stream})
+                               constexprs=dict(zip(launch.LANES_CONSTEXPRS, (block, wide, stream, unit))))
             compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
-            assert "st.global" in compiled.asm["ptx"]
+            ptx = compiled.asm["ptx"]
+            assert "st.global" in ptx
+            multiplies[wide, unit] = sum(line.split()[0].startswith(("mul.", "mad.")) for line in ptx.splitlines() if line.strip())
+        # UNIT: no stride multiply per element (each thread handles BLOCK / (32 * warps) of them, twice: load and store).
+        per_thread = block // (32 * warps)
+        assert all(multiplies[wide, False] - multiplies[wide, True] >= per_thread for wide in (False, True)), multiplies
 # The tiled kernel (contiguous arguments, the LARGE shape): its tiles store 16 bytes at a time, edges included.
 tiled_ints = ("n_tokens", "n_rows", "width", "offsets_stride", "rows_stride", "stride_row")
 for int_type in ("i32", "i64"):

@@ -112,3 +112,19 @@ def test_every_window_length_at_every_row_alignment(small_tiles):
     got, plan = run(batch)
     assert plan.kernel == triton_launch.TILED
     assert_same_pool(got, scatter_reference(*batch))
+
+
+@pytest.mark.parametrize(
+    "stride_col, flat_stride, unit",
+    [(1, 1, True), (2, 1, False), (1, 2, False)],
+    ids=["contiguous", "pool-columns-strided", "flat-strided"],
+)
+def test_the_lanes_kernel_is_specialized_for_unit_strides(stride_col, flat_stride, unit):
+    # 64 x 2049 (sglang's rows, windows of at most 3 tiles) takes the lanes kernel: UNIT exactly when both strides are 1.
+    key = (64, 64 * 2048, 65, 2049, 2049 * stride_col, stride_col, flat_stride, 1, 1, None)
+    try:
+        plan = triton_launch._plan(key)
+    finally:
+        triton_launch.forget()
+    assert plan.kernel == triton_launch.LANES
+    assert dict(zip(triton_launch.LANES_CONSTEXPRS, plan.constexprs))["UNIT"] is unit
