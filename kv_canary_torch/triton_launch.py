@@ -18,7 +18,9 @@ Two kernels (``triton_kernel``), chosen from shapes and strides only:
   request on a wide pool does not pay a program per empty tile) and fits
   CUDA's axis 1 (65535): one program per aligned tile, no loop, unmasked
   16-byte stores inside windows;
-- ``lanes`` (``scatter_req_token_ids_kernel``): everything else, any strides.
+- ``lanes`` (``scatter_req_token_ids_kernel``): everything else, any strides;
+  compiled with ``UNIT`` (no stride multiply per element) where ``flat_in``
+  and the pool's columns are contiguous.
 
 How it launches (``_FastLaunch``): the first call of a shape compiles through
 Triton's generic ``kernel[grid](...)``; from then on one ``cuLaunchKernel``
