@@ -233,14 +233,13 @@ class _Plan(NamedTuple):
     grid: tuple[int, int]
     ints: tuple[int, ...]  # the kernel's integer arguments, in order
     shape: tuple[int, int, int, bool]  # (BLOCK, num_warps, TARGET_PROGRAMS, STREAM)
-    wide: bool
     constexprs: tuple  # the kernel's constexprs (LANES_CONSTEXPRS or TILED_CONSTEXPRS), appended to the launcher's arguments
     variant: tuple  # (device, kernel, shape, constexprs): one compiled kernel each
     small_ints: bool  # every int fits int32 (the fast path's specialization)
     kernel: str = LANES  # TILED or LANES
 
 
-_NOTHING = _Plan((0, 0), (), (0, 0, 0, False), False, (), (), False)  # bs, N, R or C is 0
+_NOTHING = _Plan((0, 0), (), (0, 0, 0, False), (), (), False)  # bs, N, R or C is 0
 # Plans by (bs, N, R, C, strides..., device). Serving steps repeat a few shapes;
 # the cache is dropped whole past PLAN_CACHE entries so it cannot grow without bound.
 _plans: dict[tuple, _Plan] = {}
@@ -258,13 +257,13 @@ def _plan(key: tuple) -> _Plan:
         if tiled(shape, flat_stride, stride_col, bs, tiles, -(-n_tokens // block) + bs):
             shape = (block, TILED_WARPS, target, stream)
             ints = (n_tokens, n_rows, width, offsets_stride, rows_stride, stride_row)
-            plan = _Plan((bs, tiles), ints, shape, False, (block,), (device, TILED, shape, (block,)), max(ints) < 2**31, TILED)
+            plan = _Plan((bs, tiles), ints, shape, (block,), (device, TILED, shape, (block,)), max(ints) < 2**31, TILED)
         else:
             lanes = min(-(-longest_window(width, n_tokens) // block), -(-target // bs))
             wide = width * max(stride_col, flat_stride, 1) >= 2**31 or width + lanes * block >= 2**31
             ints = (n_tokens, n_rows, width, flat_stride, offsets_stride, rows_stride, stride_row, stride_col)
             constexprs = (block, wide, stream, flat_stride == 1 and stride_col == 1)
-            plan = _Plan((bs, lanes), ints, shape, wide, constexprs, (device, LANES, shape, constexprs), max(ints) < 2**31)
+            plan = _Plan((bs, lanes), ints, shape, constexprs, (device, LANES, shape, constexprs), max(ints) < 2**31)
     if len(_plans) >= PLAN_CACHE:
         _plans.clear()
         _bound.clear()
