@@ -32,7 +32,7 @@ run() {
       step "${2:-150}" python3 benchmarks/jax_kernel_times.py --no-profile --case 256x2048 --case 1024x2048 --case 4096x512 ;;
     # Every bench case, both JAX kernels: the chained figure beside the kernel's own duration from a profiler trace.
     kernels) step "${2:-240}" python3 benchmarks/jax_kernel_times.py ;;
-    host) step "${2:-60}" python3 benchmarks/host_overhead.py ;;
+    host) step "${2:-120}" python3 -m kv_canary.cli bench --host ;;
   esac
 }
 if [ "${1:-all}" = all ]; then

@@ -65,7 +65,7 @@ CPU_KERNELS = ("torch/triton", "torch/torch", "jax/xla", "jax/pallas", "jax/mosa
 # (rows R, columns C, tokens N): one column; many rows; windows of more than
 # three 1024-column Triton tiles, over enough tokens that a launch of 64 cases
 # takes the tiled kernel where the pool's columns are contiguous
-# (triton_launch.tiled), the lanes kernel's tile loop elsewhere; a single token.
+# (launch.plan.tiled), the lanes kernel's tile loop elsewhere; a single token.
 GEOMETRIES = ((8, 1, 5), (24, 96, 400), (6, 3100, 40000), (4, 7, 1))
 LAYOUTS = ("contiguous", "column-slice", "every-other-row", "every-other-column", "transposed")
 GUARD = -0x5A5A5A5A  # what the buffer around a pool view holds; a kernel never writes it
@@ -267,7 +267,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=1,
                         help="run (and check) every launch this many times: with 2 the torch launcher's second call of "
-                             "each shape takes the C launcher bound at the first (kv_canary_torch.cuda_launch)")
+                             "each shape takes the C launcher (kv_canary_torch.launch.native) bound at the first, or its call path")
     parser.add_argument("--kernels", nargs="+", choices=sorted(set(CPU_KERNELS)),
                         default=list(GPU_KERNELS if GPU else CPU_KERNELS))
     args = parser.parse_args(argv)

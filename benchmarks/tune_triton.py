@@ -79,8 +79,8 @@ import triton.language as tl
 from kv_canary.baseline_kernels import launch_per_request_tile
 from kv_canary.bench import graph_chain_us, interleaved, make_inputs, parse_case, same_bytes_copy
 from kv_canary_torch import triton_kernel as k
-from kv_canary_torch import triton_launch
-from kv_canary_torch.triton_launch import launch_shape
+from kv_canary_torch.launch import dispatch, plan as launch_plan
+from kv_canary_torch.launch.plan import launch_shape
 from shared_spec.reference import longest_window, scatter_reference
 
 # (bs, seq, ragged, aligned): pools seq + 1 wide as in sglang's benchmark; aligned ones seq wide
@@ -498,7 +498,7 @@ def floor(cases, device, timer, rounds: int) -> list:
     """The latency floor at small sizes (module docstring); returns the failed checks."""
     failures = []
     scratch = torch.empty(1, device=device)
-    tiled_block, tiled_warps = triton_launch.LARGE[0], triton_launch.TILED_WARPS  # the launcher's tiled kernel
+    tiled_block, tiled_warps = launch_plan.LARGE[0], launch_plan.TILED_WARPS  # the launcher's tiled kernel
     print("latency floor: device us, and in brackets the excess over the empty kernel", flush=True)
     for case in cases:
         host, expected, inputs = case_inputs(case, device)
@@ -544,7 +544,7 @@ def copy_floor(cases, device, timer, rounds: int, big_tokens: int = BIG) -> list
         runs = {"empty": lambda: empty_kernel[(1,)](scratch), "torch copy": same_bytes_copy(torch, tokens, device),
                 "copy": lambda: launch_copy(flat_in, offsets, pool, False),
                 "dependent copy": lambda: launch_copy(flat_in, offsets, pool, True)}
-        launches = {"library": lambda p: triton_launch.launch(flat_in, offsets, rows, p),
+        launches = {"library": lambda p: dispatch.launch(flat_in, offsets, rows, p),
                     "baseline": lambda p: launch_per_request_tile(flat_in, offsets, rows, p)}
         runs |= checked_runs(case, launches, inputs, expected, pool, failures)
         copied = pool.clone()

@@ -34,3 +34,23 @@ def launch_per_request_tile(flat_in, offsets, rows, pool):
     bs = rows.shape[0]
     width = pool.shape[1]
     per_request_tile_kernel[(bs, triton.cdiv(width, TILE))](flat_in, offsets, rows, pool, width, pool.stride(0), BLOCK=TILE)
+
+
+def launch_sglang_style(flat_in, offsets, rows, pool):
+    """The baseline as sglang's launcher calls its kernel: its Python argument checks, then ``kernel[grid](...)``.
+
+    The checks are sglang's (4 ranks, 4 dtypes, the offsets length), so that
+    this call's host time is what sglang's launcher costs per call: the
+    host-time baseline of ``kv_canary.bench_host``.
+    """
+    import torch
+
+    for name, tensor, rank, dtype in (("flat_in", flat_in, 1, torch.int64), ("offsets", offsets, 1, torch.int64),
+                                      ("req_pool_indices", rows, 1, torch.int64), ("pool_out", pool, 2, torch.int32)):
+        if tensor.dim() != rank:
+            raise ValueError(f"{name} must be {rank}-D, got shape {tuple(tensor.shape)}")
+        if tensor.dtype != dtype:
+            raise TypeError(f"{name} must be {dtype}, got {tensor.dtype}")
+    if int(offsets.shape[0]) != int(rows.shape[0]) + 1:
+        raise ValueError(f"offsets length {offsets.shape[0]} != bs+1 ({rows.shape[0] + 1})")
+    launch_per_request_tile(flat_in, offsets, rows, pool)

@@ -13,11 +13,10 @@ Methods (one GPU, nothing else running):
   kernel are each the median of ``ROUNDS`` interleaved rounds, so that a
   drift of the machine hits all four alike (single ``do_bench`` runs moved by
   up to 3x in one row of one run); the torch-vectorized backend is one run.
-- torch host time: wall time per call over ``HOST_CALLS`` launches with no
-  synchronization (fewer than the launch queue holds, so none blocks), the
-  median of 5 such rounds (after the first call, so the C call path runs:
-  ``triton_launch``); beside it the same launcher on the checked path (a
-  signature's first call) and one eager torch op, timed the same way.
+- torch host time: ``kv_canary.bench_host``, the launcher called as a
+  serving runtime calls it (a new ``len(flat_in)`` every call, ``bs`` and
+  ``N`` changing, a repeated shape), beside one eager torch op and sglang's
+  way of launching: the first table.
 - JAX chained time: one jitted function that applies the op ``CHAIN`` times
   in a row (unrolled, so no loop overhead), minus the same with one
   application, divided by ``CHAIN - 1``; median over repeats. Host wall time:
@@ -61,14 +60,26 @@ import time
 
 import numpy as np
 
+# sglang's skewed workloads (its benchmark file for this kernel, ``benchmark_skewed``), by name: (bs, the
+# requests' lengths other than 0-3 tokens drawn uniformly, by position, or None: every request MEDIUM tokens).
+# In every one the pool is bs + 1 rows by the longest length plus 1.
+SKEWED = {
+    "one_long_among_short_bs256": (256, {128: 32768}),
+    "one_long_among_short_bs64": (64, {32: 32768}),
+    "few_long_among_short_bs256": (256, {i: 16384 for i in range(0, 256, 64)}),
+    "many_medium_bs256": (256, None),
+}
+MEDIUM = 64
 # (bs, seq, ragged, aligned): sglang's grid, then the larger and ragged cases, all
 # with rows seq + 1 wide as in sglang's benchmark; then two pools whose rows are
-# seq wide, a multiple of 128 (every row starts 16-byte aligned).
+# seq wide, a multiple of 128 (every row starts 16-byte aligned); then sglang's
+# skewed workloads, ``ragged`` naming one of SKEWED and ``seq`` its longest length.
 CASES = (
     [(bs, seq, False, False) for bs in (1, 8, 64, 256) for seq in (128, 512, 2048, 8192)]
     + [(256, 32768, False, False), (1024, 2048, False, False), (4096, 512, False, False)]
     + [(256, 8192, True, False), (64, 32768, True, False)]
     + [(256, 32768, False, True), (4096, 4096, False, True)]
+    + [(bs, max(long.values()) if long else MEDIUM, name, False) for name, (bs, long) in SKEWED.items()]
 )
 # sglang's later kernel (per request x 1024-column tile), device us on one H200,
 # from the perf anchors measured 2026-11-30 (torch 2.11, triton 3.6).
@@ -85,7 +96,6 @@ BYTES_PER_TOKEN = 12
 # the kernel's DMAs read 4 and write 4 (kv_canary_jax/pallas_mosaic_tpu.py).
 TPU_BYTES_PER_TOKEN = 20
 TPU_IMPLEMENTATIONS = ("mosaic_tpu", "xla")
-HOST_CALLS = 500
 CHAIN = 16
 # Interleaved rounds of the torch device figures (kernel, baseline, copy, empty kernel).
 ROUNDS = 3
@@ -96,21 +106,31 @@ KERNEL_MARKER = "kv_canary"
 WALL_CALLS = 200
 
 
-def parse_case(text: str) -> tuple[int, int, bool, bool]:
-    """``"256x8192"`` -> ``(bs, seq, ragged, aligned)``: suffix ``r`` ragged lengths, ``a`` rows ``seq`` wide instead of ``seq + 1``."""
+def parse_case(text: str) -> tuple:
+    """``"256x8192"`` -> ``(bs, seq, ragged, aligned)``: suffix ``r`` ragged lengths, ``a`` rows ``seq`` wide instead of ``seq + 1``;
+    a name of ``SKEWED`` -> that workload's case."""
+    if text in SKEWED:
+        return next(case for case in CASES if case[2] == text)
     ragged, aligned = "r" in text, "a" in text
     bs, seq = text.rstrip("ra").split("x")
     return int(bs), int(seq), ragged, aligned
 
 
-def make_inputs(bs: int, seq: int, ragged: bool, seed: int = 0, aligned: bool = False):
+def make_inputs(bs: int, seq: int, ragged, seed: int = 0, aligned: bool = False):
     """numpy ``(flat_in, offsets, req_pool_indices, pool_out)`` as in sglang's benchmark.
 
     The pool is ``seq + 1`` columns wide as in sglang's benchmark, or ``seq``
     wide with ``aligned`` (rows whose width is a multiple of 128 for the
-    benchmark's sizes: every row starts 16-byte aligned)."""
+    benchmark's sizes: every row starts 16-byte aligned). ``ragged``: False,
+    True (lengths uniform in ``[1, seq]``) or a name of ``SKEWED``."""
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(1, seq, size=bs, endpoint=True) if ragged else np.full(bs, seq)
+    if isinstance(ragged, str):
+        _, long = SKEWED[ragged]
+        lengths = rng.integers(0, 3, size=bs, endpoint=True) if long else np.full(bs, MEDIUM)
+        for position, length in (long or {}).items():
+            lengths[position] = length
+    else:
+        lengths = rng.integers(1, seq, size=bs, endpoint=True) if ragged else np.full(bs, seq)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     flat_in = rng.integers(0, 2**31 - 1, size=int(offsets[-1]), dtype=np.int64)
     rows = np.arange(1, bs + 1, dtype=np.int64)
@@ -122,7 +142,7 @@ def make_inputs(bs: int, seq: int, ragged: bool, seed: int = 0, aligned: bool = 
 class Row:
     bs: int
     seq: int
-    ragged: bool
+    ragged: bool | str  # a name of SKEWED for sglang's skewed workloads
     width: int  # the pool's columns: seq + 1, or seq for an aligned case
     tokens: int
     floor_us: float
@@ -143,7 +163,6 @@ def bench_torch(inputs, expected, measures: dict):
 
     from kv_canary.baseline_kernels import launch_per_request_tile
     from kv_canary_torch import launch_scatter_req_token_ids_kernel as launch
-    from kv_canary_torch import triton_launch
 
     flat_in, offsets, rows, pool = (torch.from_numpy(x).cuda() for x in inputs)
     outs = {}
@@ -178,14 +197,6 @@ def bench_torch(inputs, expected, measures: dict):
     measures["per_request_tile_chained_us"] = graph_chain_us(
         torch, lambda: launch_per_request_tile(flat_in, offsets, rows, baseline_out)
     )
-    out = pool.clone()
-    triton_launch.settle()  # the call path's C++ tensor reader, loading since the first launch: a server's steady state
-    measures["host_us"] = _host_us(lambda: launch(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=out))
-    # One eager torch op, timed the same way in the same process: the host-time bar.
-    measures["host_torch_op_us"] = _host_us(lambda: out.add_(0))
-    # The same launcher on the checked path (Python checks, then the C launch): what a signature's first call costs.
-    with triton_launch.without_call_path():
-        measures["host_checked_us"] = _host_us(lambda: launch(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=out))
 
 
 def graph_chain_us(torch, fn, replays: int = 30) -> float:
@@ -216,26 +227,6 @@ def graph_chain_us(torch, fn, replays: int = 30) -> float:
     torch.cuda.synchronize()
     median_ms = {k: statistics.median(s.elapsed_time(e) for s, e in pairs) for k, pairs in events.items()}
     return (median_ms[CHAIN] - median_ms[1]) / (CHAIN - 1) * 1e3
-
-
-def _host_us(fn, rounds: int = 5) -> float:
-    """Host microseconds per call of ``fn``: the median over ``rounds`` rounds of ``HOST_CALLS`` calls with no synchronization.
-
-    The median of rounds, so that one stall of the host (another process, a
-    page fault) does not move the figure.
-    """
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(HOST_CALLS):
-            fn()
-        samples.append((time.perf_counter() - start) / HOST_CALLS * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(samples)
 
 
 def _wall(fn, args, calls: int, rounds: int = 5) -> float:
@@ -417,9 +408,6 @@ COLUMNS = (
     ("jax_mosaic_wall_us", "mosaic wall us"),
     ("jax_dispatch_floor_wall_us", "jit floor wall us"),
     ("jax_xla_wall_us", "XLA wall us"),
-    ("host_us", "host us/launch"),
-    ("host_checked_us", "host us/launch, checked path"),
-    ("host_torch_op_us", "host us/torch op"),
 )
 
 
@@ -456,15 +444,20 @@ def table_lines(rows: list[Row], columns) -> list[str]:
     for r in rows:
         cells = [f"{r.results[k]:.2f}" if k in r.results else "" for k, _ in present]
         lines.append(
-            f"| {r.bs} | {r.seq} | {'yes' if r.ragged else 'no'} | {r.width} | {r.tokens} | {r.floor_us:.2f} | "
+            f"| {r.bs} | {r.seq} | {ragged_label(r.ragged)} | {r.width} | {r.tokens} | {r.floor_us:.2f} | "
             + " | ".join(cells) + " |"
         )
     return lines
 
 
+def ragged_label(ragged) -> str:
+    """A case's ``ragged`` as the tables print it: yes, no, or the skewed workload's name."""
+    return ragged if isinstance(ragged, str) else ("yes" if ragged else "no")
+
+
 def render(rows: list[Row], meta: dict) -> str:
     lines = table_lines(rows, COLUMNS)
-    info = ", ".join(f"{k} {v}" for k, v in meta.items() if k not in ("copy_bw_tbs", "empty_kernel_us"))
+    info = ", ".join(f"{k} {v}" for k, v in meta.items() if k not in ("copy_bw_tbs", "empty_kernel_us", "host"))
     return (
         f"Machine and versions: {info}. Copy bandwidth measured in this run: {meta['copy_bw_tbs']:.2f} TB/s; "
         f"an empty Triton kernel measures {meta['empty_kernel_us']:.2f} us with do_bench (its floor here).\n\n"
@@ -481,10 +474,15 @@ def run(args) -> int:
         return 2
     from shared_spec.reference import scatter_reference
 
+    from kv_canary import bench_host
+
+    if args.host:
+        return run_host(args)
     selected = selected_cases(args)
+    host = bench_host.measure()
     jax_rows = {} if args.no_jax else jax_in_own_process(selected)
     bw = copy_bandwidth(torch, triton)
-    meta = versions() | {"copy_bw_tbs": bw / 1e12, "empty_kernel_us": empty_kernel_us(torch, triton)}
+    meta = versions() | {"copy_bw_tbs": bw / 1e12, "empty_kernel_us": empty_kernel_us(torch, triton), "host": host}
     rows = []
     for case in selected:
         bs, seq, ragged, aligned = case
@@ -502,7 +500,17 @@ def run(args) -> int:
         row = Row(bs, seq, ragged, width, tokens, BYTES_PER_TOKEN * tokens / bw * 1e6, measures)
         rows.append(row)
         progress(f"bs={bs} seq={seq} ragged={ragged} width={width} tokens={tokens}", measures)
-    return _output(args, rows, meta, render(rows, meta), PERFORMANCE_HEADER)
+    table = f"## Host time in the serving pattern\n\n{bench_host.HEADER}\n{bench_host.render(host)}\n\n## Device time\n\n"
+    return _output(args, rows, meta, table + render(rows, meta), PERFORMANCE_HEADER)
+
+
+def run_host(args) -> int:
+    """``kv-canary bench --host``: the serving-pattern host figures alone (``kv_canary.bench_host``)."""
+    from kv_canary import bench_host
+
+    host = bench_host.measure()
+    meta = versions() | {"host": host}
+    return _output(args, [], meta, f"{bench_host.HEADER}\n{bench_host.render(host)}", "# Host time in the serving pattern\n\n")
 
 
 def jax_in_own_process(cases) -> dict[tuple, dict]:
@@ -586,7 +594,8 @@ def _output(args, rows: list[Row], meta: dict, table: str, header: str) -> int:
 PERFORMANCE_HEADER = """# Performance
 
 Regenerated by `kv-canary bench --write docs/performance.md` on a GPU machine; the method is in
-`kv_canary/bench.py`'s docstring. Device times are medians in microseconds; '% copy BW' is
+`kv_canary/bench.py`'s docstring, the host table's in `kv_canary/bench_host.py`'s. First the torch
+launcher's host time as a serving runtime calls it (shapes that change every call), then device times. Device times are medians in microseconds; '% copy BW' is
 12 bytes per token over the Triton kernel's time, against the copy bandwidth measured in the same run.
 'sglang B us' is the anchor figure of sglang's later kernel (measured separately, not in this run).
 Ratios are of this run's figures: 'triton / copy' and 'triton / baseline' over the same-bytes copy and the

@@ -341,6 +341,7 @@ def parser() -> argparse.ArgumentParser:
     p_bench.add_argument("--write", metavar="PATH", help="write the table as markdown (docs/performance.md)")
     p_bench.add_argument("--quick", action="store_true", help="only cases of at most 2M tokens")
     p_bench.add_argument("--no-jax", action="store_true", help="torch backends only")
+    p_bench.add_argument("--host", action="store_true", help="only the torch launcher's host time in the serving pattern (seconds)")
     p_bench.add_argument("-q", "--quiet", action="store_true", help="no status lines on stderr")
     p_bench.set_defaults(func=bench, parser=p_bench)
     return top

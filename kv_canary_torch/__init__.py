@@ -5,10 +5,12 @@
 - ``BACKENDS``: the ``backend=`` choices (``backends``).
 
 Modules: ``checks`` (argument checks), ``backends`` (choosing one),
-``triton_kernel`` / ``triton_launch`` (the Triton kernel, imported lazily, and
-its host side), ``torch_backend`` (vectorized torch), ``values`` (checked mode),
-``op`` (the implementation and its torch.library op), ``conformance`` (runners
-for ``shared_spec.conformance``).
+``triton_kernel`` (the Triton kernels, imported lazily), ``torch_backend``
+(vectorized torch), ``values`` (checked mode), ``op`` (the implementation and
+its torch.library op), ``conformance`` (runners for ``shared_spec.conformance``);
+``launch/``, the Triton kernels' host side: the launch rule (``plan``), each
+launch and the remembered-call path (``dispatch``), the C launcher
+(``native``) and the C++ tensor reader (``tensor_meta``).
 """
 
 from kv_canary_torch.backends import BACKENDS

@@ -50,9 +50,9 @@ def _triton_reason(device_type: str) -> str | None:
     if device_type == "cuda":
         return None
     if device_type == "cpu":
-        from kv_canary_torch import triton_launch
+        from kv_canary_torch.launch import dispatch
 
-        return None if triton_launch.interpreted() else errors.TRITON_NEEDS_CUDA
+        return None if dispatch.interpreted() else errors.TRITON_NEEDS_CUDA
     return errors.TRITON_NEEDS_CUDA
 
 

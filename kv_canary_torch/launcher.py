@@ -14,10 +14,13 @@ Errors are raised before anything is written, in this order:
    ``offsets`` and ``req_pool_indices``: a sync on CUDA).
 
 Eager calls go straight to ``op.run``; once a call's argument signature has
-passed steps 1 to 3 and launched through the C launcher, the next eager call
-with that signature and ``check_values=False`` is one C call
-(``triton_launch.call_bound``: the same checks' answer, remembered per
-signature, and the launch). Under ``torch.compile`` Dynamo traces
+passed steps 1 to 3 and launched through the Triton backend, the next eager
+calls with that signature and ``check_values=False`` are one C call each
+(``launch.dispatch.call_bound``: the same checks' answer, remembered per
+signature, and the launch). The signature is what stays fixed from one
+serving step to the next (dtypes, ranks, strides, devices, the pool's shape,
+the backend), never ``len(flat_in)`` or ``bs``, so a step whose shapes change
+every call takes that path too. Under ``torch.compile`` Dynamo traces
 steps 1 to 3 (plain tensor metadata, folded into guards) and records the call
 to the ``kv_canary::scatter_req_token_ids`` custom op, which runs step 4 and the
 kernel inside the compiled graph: ``fullgraph=True`` holds. An error of steps 1
@@ -33,7 +36,8 @@ from __future__ import annotations
 
 import torch
 
-from kv_canary_torch import backends, op, triton_launch
+from kv_canary_torch import backends, op
+from kv_canary_torch.launch import dispatch
 from kv_canary_torch.checks import adopt_arguments, argument_error, fast_check
 from shared_spec import errors
 from shared_spec.checks import require_bool
@@ -66,7 +70,7 @@ def launch_scatter_req_token_ids_kernel(
     if _is_compiling():
         _compiled(flat_in, offsets, req_pool_indices, pool_out, check_values, backend)
         return
-    if check_values is False and triton_launch.call_bound(backend, flat_in, offsets, req_pool_indices, pool_out):
+    if check_values is False and dispatch.call_bound(backend, flat_in, offsets, req_pool_indices, pool_out):
         return
     if not fast_check(flat_in, offsets, req_pool_indices, pool_out):
         # A failing check raises here; another framework's arrays come back as tensors.
@@ -76,7 +80,7 @@ def launch_scatter_req_token_ids_kernel(
         check_values = require_bool("check_values", check_values)
     _run(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation)
     if implementation == _TRITON and check_values is False:
-        triton_launch.remember_call(backend, flat_in, offsets, req_pool_indices, pool_out)
+        dispatch.remember_call(backend, flat_in, offsets, req_pool_indices, pool_out)
 
 
 def _compiled(flat_in, offsets, req_pool_indices, pool_out, check_values, backend) -> None:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from kv_canary_torch import pallas_backend, torch_backend, triton_launch
+from kv_canary_torch import pallas_backend, torch_backend
+from kv_canary_torch.launch import dispatch
 from shared_spec import errors
 from kv_canary_torch.values import check_values as _check_values
 
@@ -30,7 +31,7 @@ ERROR_QUALNAME = "kv_canary::raise_error"
 _ERROR_CLASSES = {cls.__name__: cls for cls in (errors.KvCanaryTypeError, errors.KvCanaryValueError)}
 
 # implementation name -> function(flat_in, offsets, req_pool_indices, pool_out)
-IMPLEMENTATIONS = {"triton": triton_launch.launch, "torch": torch_backend.scatter, "pallas": pallas_backend.scatter}
+IMPLEMENTATIONS = {"triton": dispatch.launch, "torch": torch_backend.scatter, "pallas": pallas_backend.scatter}
 
 
 def run(flat_in, offsets, req_pool_indices, pool_out, check_values: bool, implementation: str) -> None:

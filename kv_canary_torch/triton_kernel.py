@@ -3,7 +3,7 @@
 
 Import this module only when a Triton launch is about to happen: Triton reads
 ``TRITON_INTERPRET`` when ``@triton.jit`` runs, i.e. at import of this module,
-and ``INTERPRETED`` records which mode the kernels got. ``triton_launch`` picks one per launch.
+and ``INTERPRETED`` records which mode the kernels got. ``launch.plan`` picks one per launch.
 
 Math of the strided kernel (one program per (request ``r``, column lane ``p``); ``P`` lanes)::
 
@@ -56,7 +56,7 @@ def request_window(request, offsets_ptr, rows_ptr, n_tokens, n_rows, width, offs
 
 # Nothing is specialized on integer values: N, R and C change from call to call
 # and specializing (value 1, divisibility by 16) would only multiply compiled
-# variants -- and the host launcher (triton_launch._FastLaunch) relies on one
+# variants -- and the host launcher (launch.dispatch) relies on one
 # specialization per device and block shape. Stores stay scalar but coalesced
 # either way: the mask depends on per-request data, so Triton cannot prove
 # groups of lanes uniform enough to vectorize them.

@@ -68,15 +68,11 @@ def test_the_script_runs_on_the_cpu():
 def test_a_default_run_launches_both_triton_kernels():
     # The memory checker is only as good as the kernels the corpus reaches: with the script's defaults (1024 cases,
     # 64 per launch) the wide geometry on a contiguous pool takes the tiled kernel, the other geometries the lanes one.
-    from kv_canary_torch import triton_launch
+    from kv_canary_torch.launch import plan as launch_plan
 
     kernels = set()
-    try:
-        for flat_in, offsets, rows, pool, layout in mc.corpus(1024, 64, seed=0):
-            if layout == "contiguous":
-                n_rows, width = pool.shape
-                key = (rows.shape[0], flat_in.shape[0], n_rows, width, width, 1, 1, 1, 1, None)
-                kernels.add(triton_launch._plan(key).kernel)
-    finally:
-        triton_launch.forget()
-    assert kernels == {triton_launch.TILED, triton_launch.LANES}
+    for flat_in, offsets, rows, pool, layout in mc.corpus(1024, 64, seed=0):
+        if layout == "contiguous":
+            n_rows, width = pool.shape
+            kernels.add(launch_plan.plan(rows.shape[0], flat_in.shape[0], n_rows, width, width, 1, 1, 1, 1, None).kernel)
+    assert kernels == {launch_plan.TILED, launch_plan.LANES}

@@ -1,10 +1,10 @@
 """The launcher's call path without a GPU: which calls it is offered, and which signatures it remembers.
 
-``triton_launch.call_bound`` (the C launcher's ``call`` once loaded) takes an
+``dispatch.call_bound`` (the C launcher's ``call`` once loaded) takes an
 eager call whose argument signature a checked launch has remembered
-(``triton_launch.remember_call``). Here both ends are replaced by recorders
+(``dispatch.remember_call``). Here both ends are replaced by recorders
 around the real launcher and the interpreted Triton kernel; the C side's
-signature and planning are in test_cuda_launch.py, its launches in
+signature and planning are in test_launch_native.py, its launches in
 test_torch_gpu.py.
 """
 
@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from kv_canary_torch import cuda_launch, launch_scatter_req_token_ids_kernel, op, triton_launch
+from kv_canary_torch import launch_scatter_req_token_ids_kernel, op
+from kv_canary_torch.launch import dispatch, native, plan as launch_plan, tensor_meta
 from shared_spec import errors, scatter_reference
 from tests.strategies import large_batch
 from tests.torch_support import as_numpy
@@ -34,7 +35,7 @@ def call(flat_in, offsets, rows, pool, **options):
 def offered(monkeypatch):
     """Every call the launcher offers to call_bound, which takes each one (launches nothing, returns True)."""
     seen = []
-    monkeypatch.setattr(triton_launch, "call_bound", lambda *a: seen.append(a) or True)
+    monkeypatch.setattr(dispatch, "call_bound", lambda *a: seen.append(a) or True)
     return seen
 
 
@@ -56,35 +57,53 @@ def test_only_check_values_false_itself_is_offered(offered, check_values):
 
 @pytest.fixture
 def remembering(monkeypatch, tmp_path_factory):
-    """remember_call over the real C signature and a fresh memo; the Triton launch binds its key, as on a GPU.
+    if not dispatch.interpreted():
+        pytest.skip("drives the interpreted kernel on CPU tensors; on a GPU test_torch_gpu.py runs the real path")
+    """remember_call over the real C signature and a fresh memo; a launch "binds" its variant when asked, as on a GPU.
 
-    Returns the C module, the memo and the list of launch keys to bind (the
+    Returns the C module, the memo and the list of plan variants to bind (the
     interpreted launch binds nothing itself: there is no C launcher on a CPU).
     """
-    c = cuda_launch.load_module(cuda_launch.build(tmp_path_factory.mktemp("cache")))
-    memo, bound, to_bind = {}, {}, []
-    c.configure(memo, torch.Tensor, lambda: True, lambda device: 0, None)
-    monkeypatch.setattr(triton_launch, "_signature", c.signature)
-    monkeypatch.setattr(triton_launch, "_memo", memo)
-    monkeypatch.setattr(triton_launch, "_bound", bound)
+    c = native.load_module(native.build(tmp_path_factory.mktemp("cache")))
+    reader = tensor_meta.reader(tmp_path_factory.getbasetemp().parent / "kv-canary-native")
+    memo, kernels, to_bind = {}, {}, []
+    c.configure(memo, torch.Tensor, lambda: True, lambda device: 0, None, reader, launch_plan.rule())
+    monkeypatch.setattr(dispatch, "_signature", c.signature)
+    monkeypatch.setattr(dispatch, "_memo", memo)
+    monkeypatch.setattr(dispatch, "_kernels", kernels)
+    monkeypatch.setattr(dispatch, "_configured_rule", launch_plan.rule())
 
     def launch_then_bind(*arguments):
-        triton_launch.launch(*arguments)
-        key = triton_launch.launch_key(*arguments)
-        if key in to_bind:
-            bound[key] = "the bound launch"
+        dispatch.launch(*arguments)
+        variant = dispatch.plan_of(*arguments).variant
+        if variant in to_bind:
+            kernels[variant] = "the bound kernel"
 
     monkeypatch.setitem(op.IMPLEMENTATIONS, "triton", launch_then_bind)
     return c, memo, to_bind
 
 
-def test_a_checked_triton_launch_remembers_its_bound_signature(remembering):
+def slot(arguments) -> int:
+    return dispatch.plan_of(*arguments).slot
+
+
+def test_a_checked_triton_launch_remembers_its_signature_and_kernel(remembering):
     c, memo, to_bind = remembering
     flat_in, offsets, rows, pool = arguments()
-    to_bind.append(triton_launch.launch_key(flat_in, offsets, rows, pool))
+    to_bind.append(dispatch.plan_of(flat_in, offsets, rows, pool).variant)
     call(flat_in, offsets, rows, pool, backend="triton")  # the interpreted kernel
     np.testing.assert_array_equal(as_numpy(pool), scatter_reference(*BATCH))
-    assert memo == {c.signature("triton", flat_in, offsets, rows, pool): "the bound launch"}
+    family = [None] * launch_plan.SLOTS
+    family[slot((flat_in, offsets, rows, pool))] = "the bound kernel"
+    assert memo == {c.signature("triton", flat_in, offsets, rows, pool): family}
+
+
+def test_a_new_n_and_bs_is_the_same_signature(remembering):
+    _, memo, _ = remembering
+    flat_in, offsets, rows, pool = arguments()
+    call(flat_in, offsets, rows, pool, backend="triton")
+    call(flat_in[:-3], offsets[:-1], rows[:-1], pool, backend="triton")  # the next serving step
+    assert len(memo) == 1
 
 
 @pytest.mark.parametrize(
@@ -93,25 +112,36 @@ def test_a_checked_triton_launch_remembers_its_bound_signature(remembering):
 def test_nothing_else_is_remembered(remembering, options):
     _, memo, to_bind = remembering
     flat_in, offsets, rows, pool = arguments()
-    to_bind.append(triton_launch.launch_key(flat_in, offsets, rows, pool))
+    to_bind.append(dispatch.plan_of(flat_in, offsets, rows, pool).variant)
     call(flat_in, offsets, rows, pool, **options)
     np.testing.assert_array_equal(as_numpy(pool), scatter_reference(*BATCH))
     assert memo == {}
 
 
-def test_an_unbound_launch_or_a_failed_check_is_not_remembered(remembering):
-    _, memo, to_bind = remembering
+def test_an_unbound_kernel_is_not_put_in_its_slot_and_a_failed_check_is_not_remembered(remembering):
+    c, memo, to_bind = remembering
     flat_in, offsets, rows, pool = arguments()
-    call(flat_in, offsets, rows, pool, backend="triton")  # its key is not bound
-    assert memo == {}
-    to_bind.append(triton_launch.launch_key(flat_in, offsets, rows, pool))
+    call(flat_in, offsets, rows, pool, backend="triton")  # its variant is not bound
+    assert memo == {c.signature("triton", flat_in, offsets, rows, pool): [None] * launch_plan.SLOTS}
+    memo.clear()
     with pytest.raises(errors.KvCanaryTypeError):
         call(flat_in.to(torch.int32), offsets, rows, pool, backend="triton")
     assert memo == {}
 
 
-def test_forget_drops_the_remembered_signatures(monkeypatch):
-    memo = {("a signature",): "a bound launch"}
-    monkeypatch.setattr(triton_launch, "_memo", memo)
-    triton_launch.forget()
-    assert memo == {}
+def test_a_changed_rule_reconfigures_the_call_path_before_remembering(remembering, monkeypatch):
+    _, memo, _ = remembering
+    configured = []
+    monkeypatch.setattr(dispatch, "_configure", lambda c, reader: configured.append(launch_plan.rule()))
+    monkeypatch.setattr(launch_plan, "TILED_IDLE", launch_plan.TILED_IDLE + 1)
+    flat_in, offsets, rows, pool = arguments()
+    call(flat_in, offsets, rows, pool, backend="triton")
+    assert configured == [launch_plan.rule()]
+
+
+def test_forget_drops_the_remembered_signatures_and_kernels(monkeypatch):
+    memo, kernels, compiled = {b"a signature": [None] * launch_plan.SLOTS}, {("a variant",): None}, {("a variant",): None}
+    for name, value in (("_memo", memo), ("_kernels", kernels), ("_compiled", compiled)):
+        monkeypatch.setattr(dispatch, name, value)
+    dispatch.forget()
+    assert memo == kernels == compiled == {}

@@ -121,8 +121,10 @@ def test_cuda_graph_capture_and_replay():
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm up: compile the kernel and bind it to the C launcher outside the capture
         launch(flat_in, offsets, rows, pool)
+        settle_call_path()
+        launch(flat_in, offsets, rows, pool)  # remembered, now that the call path is there
     torch.cuda.current_stream().wait_stream(stream)
-    assert_c_launcher_bound(flat_in, rows, pool)
+    assert_c_launcher_bound(flat_in, offsets, rows, pool)
     served = c_calls()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -258,10 +260,10 @@ def test_arguments_on_two_devices_are_refused():
     ids=["tiled", "strided-flat", "short-windows", "small"],
 )
 def test_the_fast_launch_path_serves_each_kernel(bs, width, strided, kernel):
-    # The first launch of a shape compiles through Triton's generic path and remembers the kernel; the next
-    # ones call its launcher directly (triton_launch._FastLaunch). That path must stay on for both kernels and
+    # The first launch of a variant compiles through Triton's generic path, remembers the kernel and binds it to
+    # the C launcher; the next ones launch it directly (launch.dispatch). That path must serve both kernels and
     # write what the generic one does.
-    from kv_canary_torch import triton_launch
+    from kv_canary_torch.launch import dispatch
 
     batch = large_batch(bs=bs, width=width, seed=11)
     flat_in, offsets, rows, _ = on_gpu(batch)
@@ -269,49 +271,49 @@ def test_the_fast_launch_path_serves_each_kernel(bs, width, strided, kernel):
         flat_in = torch.repeat_interleave(flat_in, 2)[::2]
     for _ in range(3):
         pool = on_gpu(batch)[3]
-        launch(flat_in, offsets, rows, pool, backend="triton")
+        with dispatch.without_call_path():
+            launch(flat_in, offsets, rows, pool, backend="triton")
         np.testing.assert_array_equal(as_numpy(pool), scatter_reference(*batch))
-    key = next(k for k in triton_launch._plans if k[:4] == (bs, flat_in.shape[0], batch[3].shape[0], width)
-               and k[6] == flat_in.stride(0))
-    plan = triton_launch._plans[key]
-    assert plan.kernel == kernel
-    assert not triton_launch._fast.disabled and plan.variant in triton_launch._fast.compiled
-    assert_c_launcher_bound(flat_in, rows, batch[3])
+    plan = dispatch.plan_of(flat_in, offsets, rows, pool)
+    assert plan.kernel == kernel and plan.variant in dispatch._compiled
+    assert_c_launcher_bound(flat_in, offsets, rows, pool)
 
 
-def assert_c_launcher_bound(flat_in, rows, pool):
-    """The C launcher (``cuda_launch``) loaded on this machine and bound the launch of these shapes."""
-    from kv_canary_torch import cuda_launch, triton_launch
+def assert_c_launcher_bound(flat_in, offsets, rows, pool):
+    """The C launcher (``launch.native``) loaded on this machine and bound the kernel of these arguments' plan."""
+    from kv_canary_torch.launch import dispatch, native
 
-    assert cuda_launch.module() is not None, cuda_launch.unavailable_reason()
-    keys = [k for k in triton_launch._bound if k[:4] == (rows.shape[0], flat_in.shape[0], *pool.shape)]
-    assert keys, "the launch was not bound to the C launcher"
+    assert native.module() is not None, native.unavailable_reason()
+    assert dispatch._kernels.get(dispatch.plan_of(flat_in, offsets, rows, pool).variant) is not None, "not bound"
 
 
 def c_calls() -> int:
-    """Launches made so far by the C launcher's call path (``triton_launch.call_bound``)."""
-    from kv_canary_torch import cuda_launch
+    """Calls served so far by the C launcher's call path (``launch.dispatch.call_bound``)."""
+    from kv_canary_torch.launch import native
 
-    return cuda_launch.module().served()
+    return native.module().served()
+
+
+def settle_call_path():
+    """Wait for the C++ tensor reader (built the first time, then loaded in the background): a long-lived process's state."""
+    from kv_canary_torch.launch import dispatch, tensor_meta
+
+    dispatch.settle()
+    assert tensor_meta.unavailable_reason() is None, tensor_meta.unavailable_reason()
+    assert dispatch._signature is not None, "the call path is not configured"
 
 
 def test_a_remembered_signature_launches_in_one_c_call():
-    """After one checked launch, calls with the same signature go through the C call path; what it declines is checked.
-
-    The C++ tensor reader loads in the background after the first bind; this
-    waits for it (its build, the first time), so the path runs as it does in
-    a long-lived process.
-    """
-    from kv_canary_torch import tensor_meta, triton_launch
+    """After one checked launch, calls with the same signature go through the C call path; what it declines is checked."""
+    from kv_canary_torch.launch import dispatch
 
     batch = large_batch(bs=16, width=700, seed=31)
     flat_in, offsets, rows, _ = on_gpu(batch)
     expected = scatter_reference(*batch)
     launch(flat_in, offsets, rows, on_gpu(batch)[3])  # compiles, binds, starts loading the reader
-    triton_launch.settle()
-    assert tensor_meta.unavailable_reason() is None, tensor_meta.unavailable_reason()
-    assert isinstance(triton_launch._signature("auto", flat_in, offsets, rows, flat_in), bytes)  # the reader's
-    launch(flat_in, offsets, rows, on_gpu(batch)[3])  # remembers the signature (the reader's spelling)
+    settle_call_path()
+    assert isinstance(dispatch._signature("auto", flat_in, offsets, rows, flat_in), bytes)
+    launch(flat_in, offsets, rows, on_gpu(batch)[3])  # remembers the signature
     served = c_calls()
     for _ in range(3):
         pool = on_gpu(batch)[3]
@@ -333,10 +335,109 @@ def test_a_remembered_signature_launches_in_one_c_call():
     before = as_numpy(pool).copy()
     with pytest.raises(errors.KvCanaryTypeError):  # another dtype: another signature, which the checks refuse
         launch(flat_in.to(torch.int32), offsets, rows, pool)
+    with pytest.raises(errors.KvCanaryValueError):  # the signature remembered, offsets one short: the checks' error
+        launch(flat_in, offsets[:-1], rows, pool)
     np.testing.assert_array_equal(as_numpy(pool), before)
     launch(flat_in, offsets, rows, pool, backend="triton")  # remembered by the call above
     np.testing.assert_array_equal(as_numpy(pool), expected)
     assert c_calls() == served + 4
+
+
+def serving_steps(bs_choices, lengths, steps, seed, n_rows):
+    """numpy ``(flat_in, offsets, rows)`` per step, as a server's: the requests' lengths and the batch change every step."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for step in range(steps):
+        bs = int(rng.choice(bs_choices))
+        counts = rng.integers(*lengths, size=bs)
+        counts[rng.random(bs) < 0.05] = 0  # a request with nothing new
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        rows = rng.permutation(n_rows)[:bs].astype(np.int64)
+        flat_in = rng.integers(-(2**63), 2**63 - 1, size=int(offsets[-1]) + int(rng.integers(0, 50)), dtype=np.int64)
+        out.append((flat_in, offsets, rows))
+    return out
+
+
+@pytest.mark.parametrize(
+    "width, bs_choices, lengths, kernels",
+    [
+        (4097, (1, 2, 8, 64, 100), (3000, 4098), {"tiled", "lanes"}),  # long windows: tiled for large batches
+        (2049, (1, 8, 64, 300), (1, 2050), {"lanes"}),  # sglang's rows: the lanes kernel, SMALL and LARGE
+        (300, (1, 2, 3, 50, 500), (0, 301), {"lanes"}),  # decode-like steps
+    ],
+    ids=["tiled-and-lanes", "short-windows", "narrow"],
+)
+def test_shapes_that_change_every_call_match_the_reference(width, bs_choices, lengths, kernels):
+    """A serving loop: a new len(flat_in) and bs at every call, one pool; each call's pool against the reference."""
+    from kv_canary_torch.launch import dispatch
+
+    n_rows = 600
+    pool_np = sentinel_pool(n_rows, width, seed=3)
+    pool = torch.from_numpy(pool_np.copy()).cuda()
+    steps = serving_steps(bs_choices, lengths, 40, seed=width, n_rows=n_rows)
+    launch(*on_gpu(steps[0]), pool)  # compiles and binds; the reader loads
+    settle_call_path()
+    served, seen = c_calls(), set()
+    for flat_in, offsets, rows in steps:
+        tensors = on_gpu((flat_in, offsets, rows))
+        seen.add(dispatch.plan_of(*tensors, pool).kernel)
+        launch(*tensors, pool)
+        pool_np = scatter_reference(flat_in, offsets, rows, pool_np)
+        np.testing.assert_array_equal(as_numpy(pool), pool_np)
+    assert seen == kernels
+    assert c_calls() - served >= len(steps) - 2 * dispatch.launch_plan.SLOTS  # all but each variant's first call
+
+
+def test_a_changing_n_across_the_int32_boundary():
+    """Calls whose len(flat_in) steps over 2**31 and back: the ints switch to i64 (Triton's generic path) and back.
+
+    flat_in is arange (16 GB): token t holds t, so the reference needs only the tokens the windows can read.
+    """
+    big = 2**31
+    flat = torch.arange(big + 5000, dtype=torch.int64, device="cuda")
+    try:
+        for width, bs in ((64, 4), (4097, 4)):  # the lanes kernel (SMALL), then the tiled one
+            pool_np = sentinel_pool(bs + 1, width, seed=width)
+            pool = torch.from_numpy(pool_np.copy()).cuda()
+            plans = set()
+            for n in (big - 3000, big - 1, big, big + 1, big - 2, big + 4999, big - 1):
+                starts = n - 2 * width + np.arange(bs + 1, dtype=np.int64) * (width // 2 + 1)  # the last windows pass N
+                rows = np.arange(bs, dtype=np.int64)[::-1].copy()
+                launch(flat[:n], torch.from_numpy(starts).cuda(), torch.from_numpy(rows).cuda(), pool)
+                plans.add((dispatch_plan(flat[:n], starts, rows, pool).small_ints, dispatch_plan(flat[:n], starts, rows, pool).kernel))
+                low = int(starts.min())
+                pool_np = scatter_reference(np.arange(low, n, dtype=np.int64), starts - low, rows, pool_np)
+                np.testing.assert_array_equal(as_numpy(pool), pool_np)
+            assert {small for small, _ in plans} == {True, False} and len({kind for _, kind in plans}) == 1
+    finally:
+        del flat
+        torch.cuda.empty_cache()
+
+
+def dispatch_plan(flat_in, offsets, rows, pool):
+    from kv_canary_torch.launch import dispatch
+
+    return dispatch.plan_of(flat_in, torch.from_numpy(offsets), torch.from_numpy(rows), pool)
+
+
+def test_nothing_accumulates_over_distinct_shapes():
+    """20,000 calls, each a len(flat_in) not seen before: no remembered signature, kernel or plan more."""
+    from kv_canary_torch.launch import dispatch
+
+    batch = large_batch(bs=64, width=513, seed=41)
+    flat_in, offsets, rows, pool = on_gpu(batch)
+    buffer = torch.cat([flat_in, flat_in.new_zeros(25_000)])
+    launch(flat_in, offsets, rows, pool)
+    settle_call_path()
+    launch(flat_in, offsets, rows, pool)
+    sizes = len(dispatch._memo), len(dispatch._compiled), len(dispatch._kernels)
+    served = c_calls()
+    n = flat_in.shape[0]
+    for extra in range(20_000):
+        launch(buffer[: n + extra], offsets, rows, pool)
+    assert (len(dispatch._memo), len(dispatch._compiled), len(dispatch._kernels)) == sizes
+    assert c_calls() == served + 20_000
+    np.testing.assert_array_equal(as_numpy(pool), scatter_reference(*batch))
 
 
 def test_the_c_launcher_on_a_thread_that_never_touched_cuda():

@@ -27,7 +27,8 @@ COMPILE_FOR_SM90 = """
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from kv_canary_torch import triton_kernel as k, triton_launch as launch
+from kv_canary_torch import triton_kernel as k
+from kv_canary_torch.launch import plan as launch
 ints = ("n_tokens", "n_rows", "width", "flat_stride", "offsets_stride", "rows_stride", "stride_row", "stride_col")
 for int_type in ("i32", "i64"):
     signature = dict(flat_in_ptr="*i64", offsets_ptr="*i64", rows_ptr="*i64", pool_ptr="*i32",

@@ -12,7 +12,7 @@ import pytest
 import torch
 from hypothesis import given
 
-from kv_canary_torch import triton_launch
+from kv_canary_torch.launch import dispatch, plan as launch_plan
 from shared_spec import scatter_reference
 from tests.profiles import property_settings
 from tests.strategies import batches
@@ -35,7 +35,7 @@ def run_kernel(batch, shape, wide):
     if min(bs, n_tokens, n_rows, width) == 0:
         return pool.cpu().numpy()
     lanes = min(-(-min(width, n_tokens) // block), -(-target // bs))
-    triton_launch.kernel_module().scatter_req_token_ids_kernel[(bs, lanes)](
+    dispatch.kernel_module().scatter_req_token_ids_kernel[(bs, lanes)](
         flat_in, offsets, rows, pool, n_tokens, n_rows, width, 1, 1, 1, pool.stride(0), pool.stride(1),
         BLOCK=block, WIDE=wide, STREAM=stream, UNIT=pool.stride(1) == 1, num_warps=warps,
     )
@@ -43,7 +43,7 @@ def run_kernel(batch, shape, wide):
 
 
 @pytest.mark.parametrize("wide", [False, True])
-@pytest.mark.parametrize("shape", [triton_launch.SMALL, triton_launch.LARGE, (16, 4, 64, True)], ids=str)
+@pytest.mark.parametrize("shape", [launch_plan.SMALL, launch_plan.LARGE, (16, 4, 64, True)], ids=str)
 def test_launch_shapes_match_reference(shape, wide):
     @property_settings(8)
     @given(batch=batches(max_width=40))
@@ -54,8 +54,8 @@ def test_launch_shapes_match_reference(shape, wide):
 
 
 def test_long_rows_take_the_large_shape():
-    width = triton_launch.SMALL_CELLS // 2 + 700
-    assert triton_launch.launch_shape(2, width, 2 * width) == triton_launch.LARGE
+    width = launch_plan.SMALL_CELLS // 2 + 700
+    assert launch_plan.launch_shape(2, width, 2 * width) == launch_plan.LARGE
     rng = np.random.default_rng(7)
     flat_in = rng.integers(-(2**40), 2**40, size=2 * width - 5, dtype=np.int64)
     offsets = np.array([3, width + 1, 2 * width - 5], dtype=np.int64)

@@ -15,7 +15,7 @@ import pytest
 import torch
 from hypothesis import given
 
-from kv_canary_torch import triton_launch
+from kv_canary_torch.launch import dispatch, plan as launch_plan
 from shared_spec import scatter_reference
 from tests.contract import SEMANTIC_BATCHES, assert_same_pool
 from tests.profiles import property_settings
@@ -29,13 +29,13 @@ BLOCK = 16
 @pytest.fixture
 def small_tiles(monkeypatch):
     """Every contiguous batch launches the tiled kernel, with BLOCK-column tiles; no plan or fast-path entry survives the test."""
-    monkeypatch.setattr(triton_launch, "LARGE", (BLOCK, 4, 4096, False))
-    monkeypatch.setattr(triton_launch, "SMALL_CELLS", -1)
-    monkeypatch.setattr(triton_launch, "TILED_IDLE", 10**9)
-    monkeypatch.setattr(triton_launch, "TILED_MIN_TILES", 0)
-    triton_launch.forget()
+    monkeypatch.setattr(launch_plan, "LARGE", (BLOCK, 4, 4096, False))
+    monkeypatch.setattr(launch_plan, "SMALL_CELLS", -1)
+    monkeypatch.setattr(launch_plan, "TILED_IDLE", 10**9)
+    monkeypatch.setattr(launch_plan, "TILED_MIN_TILES", 0)
+    dispatch.forget()
     yield
-    triton_launch.forget()
+    dispatch.forget()
 
 
 def run(batch, strided_flat: bool = False):
@@ -43,9 +43,8 @@ def run(batch, strided_flat: bool = False):
     flat_in, offsets, rows, pool = (torch.tensor(x, device=DEVICE) for x in batch)
     if strided_flat:
         flat_in = torch.repeat_interleave(flat_in, 2)[::2]
-    triton_launch.launch(flat_in, offsets, rows, pool)
-    key = [k for k in triton_launch._plans if k[0] == rows.shape[0] and k[1] == flat_in.shape[0]]
-    return pool.cpu().numpy(), triton_launch._plans[key[-1]] if key else None
+    dispatch.launch(flat_in, offsets, rows, pool)
+    return pool.cpu().numpy(), dispatch.plan_of(flat_in, offsets, rows, pool)
 
 
 def test_random_batches_take_the_tiled_kernel_and_match(small_tiles):
@@ -54,8 +53,8 @@ def test_random_batches_take_the_tiled_kernel_and_match(small_tiles):
     def check(batch):
         got, plan = run(batch)
         assert_same_pool(got, scatter_reference(*batch))
-        if plan is not triton_launch._NOTHING:
-            assert plan.kernel == triton_launch.TILED
+        if plan is not launch_plan.NOTHING:
+            assert plan.kernel == launch_plan.TILED
 
     check()
 
@@ -63,15 +62,15 @@ def test_random_batches_take_the_tiled_kernel_and_match(small_tiles):
 def test_rows_at_every_alignment_to_the_tiles(small_tiles):
     batch = large_batch(bs=64, width=3 * BLOCK + 5, seed=3)  # width coprime to BLOCK: rows start anywhere in a tile
     got, plan = run(batch)
-    assert plan.kernel == triton_launch.TILED and plan.grid == (64, -(-(3 * BLOCK + 5) // BLOCK) + 1)
-    assert plan.shape[:2] == (BLOCK, triton_launch.TILED_WARPS)
+    assert plan.kernel == launch_plan.TILED and plan.grid == (64, -(-(3 * BLOCK + 5) // BLOCK) + 1)
+    assert plan.shape[:2] == (BLOCK, launch_plan.TILED_WARPS)
     assert_same_pool(got, scatter_reference(*batch))
 
 
 def test_a_strided_flat_in_takes_the_lanes_kernel(small_tiles):
     batch = large_batch(bs=8, width=2 * BLOCK + 1, seed=4)
     got, plan = run(batch, strided_flat=True)
-    assert plan.kernel == triton_launch.LANES
+    assert plan.kernel == launch_plan.LANES
     assert_same_pool(got, scatter_reference(*batch))
 
 
@@ -91,12 +90,12 @@ def test_the_conformance_cases(small_tiles):
         (2, 1, 256, 10, 2048 + 256, False),  # flat_in strided
         (1, 3, 256, 10, 2048 + 256, False),  # pool columns strided
         (1, 1, 4096, 10, 4 + 4096, False),  # decode: one token per request on a wide pool
-        (1, 1, 1, triton_launch.GRID_AXIS_1 + 1, triton_launch.GRID_AXIS_1, False),  # past CUDA's grid axis 1
+        (1, 1, 1, launch_plan.GRID_AXIS_1 + 1, launch_plan.GRID_AXIS_1, False),  # past CUDA's grid axis 1
     ],
 )
 def test_when_the_tiled_kernel_runs(flat_stride, stride_col, bs, tiles, token_tiles, expected):
-    assert triton_launch.tiled(triton_launch.LARGE, flat_stride, stride_col, bs, tiles, token_tiles) is expected
-    assert not triton_launch.tiled(triton_launch.SMALL, flat_stride, stride_col, bs, tiles, token_tiles)
+    assert launch_plan.tiled(launch_plan.LARGE, flat_stride, stride_col, bs, tiles, token_tiles) is expected
+    assert not launch_plan.tiled(launch_plan.SMALL, flat_stride, stride_col, bs, tiles, token_tiles)
 
 
 def test_every_window_length_at_every_row_alignment(small_tiles):
@@ -110,7 +109,7 @@ def test_every_window_length_at_every_row_alignment(small_tiles):
     flat_in = np.random.default_rng(5).integers(-(2**63), 2**63 - 1, size=int(offsets[-1]), dtype=np.int64)
     batch = (flat_in, offsets, np.arange(bs, dtype=np.int64), sentinel_pool(bs, width, seed=6))
     got, plan = run(batch)
-    assert plan.kernel == triton_launch.TILED
+    assert plan.kernel == launch_plan.TILED
     assert_same_pool(got, scatter_reference(*batch))
 
 
@@ -121,10 +120,6 @@ def test_every_window_length_at_every_row_alignment(small_tiles):
 )
 def test_the_lanes_kernel_is_specialized_for_unit_strides(stride_col, flat_stride, unit):
     # 64 x 2049 (sglang's rows, windows of at most 3 tiles) takes the lanes kernel: UNIT exactly when both strides are 1.
-    key = (64, 64 * 2048, 65, 2049, 2049 * stride_col, stride_col, flat_stride, 1, 1, None)
-    try:
-        plan = triton_launch._plan(key)
-    finally:
-        triton_launch.forget()
-    assert plan.kernel == triton_launch.LANES
-    assert dict(zip(triton_launch.LANES_CONSTEXPRS, plan.constexprs))["UNIT"] is unit
+    plan = launch_plan.plan(64, 64 * 2048, 65, 2049, 2049 * stride_col, stride_col, flat_stride, 1, 1, None)
+    assert plan.kernel == launch_plan.LANES
+    assert dict(zip(launch_plan.LANES_CONSTEXPRS, plan.constexprs))["UNIT"] is unit

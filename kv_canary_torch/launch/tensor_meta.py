@@ -3,18 +3,20 @@
 Contract:
 
 - ``build(cache=None) -> Path``: the compiled ``_kv_canary_tensor_meta``
-  (``cuda_launch.compile_cached``: cached by the source, torch's version and
+  (``native.compile_cached``: cached by the source, torch's version and
   ABI, Python and the platform), compiled with the C++ compiler (``$CXX``, else
   ``c++``, ``g++`` or ``clang++``) against torch's headers and libraries;
   OSError says why it cannot be built.
 - ``reader(cache=None) -> capsule``: its ``READER`` capsule, for
-  ``cuda_launch``'s ``configure``.
+  ``native``'s ``configure``.
 - ``when_ready(use) -> Thread | None``: calls ``use(capsule)`` from a daemon thread
   once the reader is loaded: milliseconds when it is built already, else after
   building it (seconds, once per machine and torch). When it cannot be built
   (no C++ compiler, the build fails) or is not wanted (``KV_CANARY_C_LAUNCHER=0``,
-  or ``KV_CANARY_TENSOR_READER=0`` for this reader alone), ``use`` is never called and ``unavailable_reason()`` says why: the call path then reads
-  torch's Python getters. Returns the thread (None when disabled).
+  or ``KV_CANARY_TENSOR_READER=0`` for this reader alone), ``use`` is never
+  called and ``unavailable_reason()`` says why: there is then no call path, and
+  every launcher call takes the checked path. Returns the thread (None when
+  disabled).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import os
 import threading
 from pathlib import Path
 
-from kv_canary_torch import cuda_launch
+from kv_canary_torch.launch import native
 
 SOURCE = Path(__file__).with_name("tensor_meta.cpp")
 MODULE = "_kv_canary_tensor_meta"
@@ -34,7 +36,7 @@ _reason: str | None = None
 
 def compiler() -> str | None:
     """The C++ compiler: ``$CXX``, else the first of ``c++``, ``g++``, ``clang++`` on the PATH."""
-    return cuda_launch.find_compiler("CXX", ("c++", "g++", "clang++"))
+    return native.find_compiler("CXX", ("c++", "g++", "clang++"))
 
 
 def _torch_flags() -> tuple[list[str], bytes]:
@@ -58,20 +60,20 @@ def build(cache: Path | None = None) -> Path:
         cxx = compiler()
         if cxx is None:
             raise OSError("no C++ compiler (set CXX)")
-        return [cxx, "-O2", "-std=c++17", "-w", "-shared", "-fPIC", f"-I{cuda_launch.python_include()}",
+        return [cxx, "-O2", "-std=c++17", "-w", "-shared", "-fPIC", f"-I{native.python_include()}",
                 f"-I{SOURCE.parent}", str(SOURCE), "-o", output, *flags]
 
-    return cuda_launch.compile_cached(MODULE, (SOURCE, cuda_launch.HEADER), command, tag, cache)
+    return native.compile_cached(MODULE, (SOURCE, native.HEADER), command, tag, cache)
 
 
 def reader(cache: Path | None = None):
     """The ``READER`` capsule of the built module (building it first if needed)."""
-    return cuda_launch.load_module(build(cache), MODULE).READER
+    return native.load_module(build(cache), MODULE).READER
 
 
 def when_ready(use) -> threading.Thread | None:
     """Call ``use(capsule)`` once the reader is loaded (see the module docstring); returns the loading thread, or None."""
-    for switch in (cuda_launch.DISABLE, DISABLE):
+    for switch in (native.DISABLE, DISABLE):
         if os.environ.get(switch) == "0":
             _unavailable(f"{switch}=0")
             return None

@@ -1,22 +1,26 @@
 /* The C++ half of the launcher's call path: a torch.Tensor's metadata read from its at::Tensor, no Python call.
  *
- * Contract (module _kv_canary_tensor_meta; cuda_launch.py builds and loads it, cuda_launch.c calls it):
+ * Contract (module _kv_canary_tensor_meta; tensor_meta.py builds and loads it, native.c calls it):
  *
  *   READER (attribute): a capsule named "kv_canary.tensor_meta.read" holding
  *       int read(PyObject *tensor, KvTensorMeta *out)
  *   whose caller has checked that `tensor` is exactly torch.Tensor (no subclass). It returns 1 with `out`
- *   filled when the tensor is defined, strided, has storage and at most 2 dimensions (sizes and strides past
- *   its rank are 0), and 0 otherwise, with `out` unspecified; it never raises and never lets a C++ exception
- *   out. `data` is what Tensor.data_ptr() returns.
+ *   filled when the tensor is defined, strided, has storage, has at most 2 dimensions (sizes and strides past
+ *   its rank are 0) and has neither its negative nor its conjugate bit set (a lazy view whose memory does not
+ *   hold what the tensor reads), and 0 otherwise, with `out` unspecified; it never raises and never lets a C++
+ *   exception out. `data` is what Tensor.data_ptr() returns. `flags` has KV_TENSOR_META_INFERENCE_OUTSIDE
+ *   for an inference tensor read outside inference mode, so that such a pool has a signature of its own,
+ *   which the checks refuse (it is never remembered) while the same pool inside the mode is remembered.
  *
  * Why: reading the same fields through torch's Python getters (layout, dtype, shape, stride(), device,
  * data_ptr()) costs about 2 us per call of four tensors on the H200 host, a quarter of a launch; this reads
  * them from the C++ tensor in a few nanoseconds each. It is built against the torch it runs with (the build is
- * cached by torch's version, the source and Python's) and needs a C++ compiler; without one the Python
- * getters serve.
+ * cached by torch's version, the source and Python's) and needs a C++ compiler; without one there is no call
+ * path, and every call takes the launcher's checked path.
  */
 #include <Python.h>
 
+#include <c10/core/InferenceMode.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "tensor_meta.h"
@@ -24,7 +28,9 @@
 static int read_meta(PyObject *tensor, KvTensorMeta *out) noexcept {
     try {
         const at::Tensor &t = THPVariable_Unpack(tensor);
-        if (!t.defined() || t.layout() != c10::kStrided || !t.has_storage() || t.dim() > 2) return 0;
+        if (!t.defined() || t.layout() != c10::kStrided || !t.has_storage() || t.dim() > 2 || t.is_neg() || t.is_conj())
+            return 0;
+        out->flags = t.is_inference() && !c10::InferenceMode::is_enabled() ? KV_TENSOR_META_INFERENCE_OUTSIDE : 0;
         out->dtype = static_cast<int64_t>(t.scalar_type());
         out->device_type = static_cast<int64_t>(t.device().type());
         out->device_index = t.device().index();

@@ -1,37 +1,37 @@
-"""A C launcher for the compiled Triton kernels: one ``cuLaunchKernel`` per call, the rest bound once per shape.
+"""The C half of the launch (``native.c``): one ``cuLaunchKernel`` per call, the per-call work of a remembered call in C.
 
 Contract:
 
-- ``bind(compiled, grid, ints) -> bound | None``: a launch (the C module's
-  capsule) of Triton's ``CompiledKernel`` ``compiled`` over ``grid`` (two
-  axes) whose parameters are four pointers (filled per call) followed by
-  ``ints`` (each passed as a signed 32-bit int). None when this launcher cannot stand in for Triton's exactly
-  (then the caller keeps Triton's launcher): no C compiler or CUDA driver,
-  ``KV_CANARY_C_LAUNCHER=0`` in the environment, or a kernel that needs more
-  than a plain launch (global or profile scratch, a cluster, cooperative or
-  programmatic-dependent launch, more than 48 KiB of shared memory), or whose
-  PTX entry does not take exactly those parameters (and at most two trailing
-  scratch pointers, which are passed null as Triton passes them when the
-  kernel needs none).
-- ``launch(bound, stream, p0, p1, p2, p3) -> bool``: enqueue on ``stream`` (a
-  raw ``CUstream`` int); False, nothing enqueued, when the thread has no current
-  CUDA context. It checks nothing about the pointers but that they are
-  unsigned 64-bit ints: the caller has checked the arguments, and its plan
-  (grid and ints) belongs to their shapes and strides.
+- ``bind(compiled, n_ints) -> kernel | None``: Triton's ``CompiledKernel``
+  ``compiled`` bound once (the C module's capsule), for a launch whose
+  parameters are four pointers followed by ``n_ints`` ints (each passed as a
+  signed 32-bit int), the grid and the ints given per launch. None when this
+  launcher cannot stand in for Triton's exactly (then the caller keeps
+  Triton's launcher): no C compiler or CUDA driver, ``KV_CANARY_C_LAUNCHER=0``
+  in the environment, or a kernel that needs more than a plain launch (global
+  or profile scratch, a cluster, cooperative or programmatic-dependent launch,
+  more than 48 KiB of shared memory), or whose PTX entry does not take exactly
+  those parameters (and at most two trailing scratch pointers, which are passed
+  null as Triton passes them when the kernel needs none). The PTX is read once
+  per compiled kernel, never per shape.
+- ``module()``: the loaded C module (``launch``, ``plan``, and the call path's
+  ``configure``, ``signature``, ``call``: ``native.c``'s contract), or None
+  (``unavailable_reason()`` says why).
 
 Why: on the H200 host Triton's own launcher (``CompiledKernel.run``) took
 6.2-7.4 us a call: a Python frame that allocates scratch space, then a C
-function that parses some twenty arguments. This one parses six
-(``METH_FASTCALL``) and copies its parameter slots from the bound ones: 4.5 us
-a call there, nearly all of it the driver's ``cuLaunchKernel``.
+function that parses some twenty arguments. This one's ``launch`` parses a
+dozen (``METH_FASTCALL``): 4.5 us a call there, nearly all of it the driver's
+``cuLaunchKernel``; and its ``call`` takes a remembered call whole, checks,
+plan and launch (``dispatch``).
 
-The C source (``cuda_launch.c``, its contract at its top) is compiled on first
-use with the C compiler Triton itself needs (``$CC``, else ``cc``, ``gcc`` or
-``clang``) against this Python's headers, and cached under
-``$KV_CANARY_CACHE_DIR`` (default ``~/.cache/kv-canary``) by a hash of the
-source, the Python version and the platform; it needs no CUDA header and finds
-the driver in the process (``dlopen("libcuda.so.1")``). Several processes may
-build at once: each writes its own file and renames it into place.
+The C source (its contract at its top) is compiled on first use with the C
+compiler Triton itself needs (``$CC``, else ``cc``, ``gcc`` or ``clang``)
+against this Python's headers, and cached under ``$KV_CANARY_CACHE_DIR``
+(default ``~/.cache/kv-canary``) by a hash of the source, the Python version
+and the platform; it needs no CUDA header and finds the driver in the process
+(``dlopen("libcuda.so.1")``). Several processes may build at once: each writes
+its own file and renames it into place.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ import tempfile
 import time
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("cuda_launch.c")
+SOURCE = Path(__file__).with_name("native.c")
 HEADER = Path(__file__).with_name("tensor_meta.h")  # the metadata the call path keys on (tensor_meta.cpp fills it)
-MODULE = "_kv_canary_cuda_launch"
+MODULE = "_kv_canary_native"
 DISABLE = "KV_CANARY_C_LAUNCHER"  # "0": never use this launcher
 POINTERS = 4  # flat_in, offsets, req_pool_indices, pool_out
 # Triton appends these pointer parameters to every kernel it compiles (global and
@@ -204,33 +204,26 @@ def plain_launch(metadata) -> bool:
     )
 
 
-def layout(sizes: tuple[int, ...] | None, n_ints: int) -> tuple[int, ...] | None:
-    """The parameter values after the pointers: ``n_ints`` ints, then a null per trailing scratch pointer; None if ``sizes`` is not that."""
+def layout(sizes: tuple[int, ...] | None, n_ints: int) -> int | None:
+    """How many null scratch pointers follow the pointers and ``n_ints`` ints; None if ``sizes`` is not that layout."""
     if sizes is None:
         return None
     scratch = len(sizes) - POINTERS - n_ints
     expected = (8,) * POINTERS + (4,) * n_ints + (8,) * scratch
-    return (0,) * scratch if 0 <= scratch <= MAX_SCRATCH_POINTERS and sizes == expected else None
+    return scratch if 0 <= scratch <= MAX_SCRATCH_POINTERS and sizes == expected else None
 
 
-def bind(compiled, grid: tuple[int, int], ints: tuple[int, ...]) -> object | None:
-    """A bound launch of ``compiled`` (see the module docstring), or None."""
+def bind(compiled, n_ints: int) -> object | None:
+    """``compiled`` bound to the C launcher (see the module docstring), or None."""
     c = module()
     metadata = getattr(compiled, "metadata", None)
-    if c is None or metadata is None or not plain_launch(metadata) or not all(-(2**31) <= i < 2**31 for i in ints):
+    if c is None or metadata is None or not plain_launch(metadata):
         return None
     try:
         sizes = entry_params(compiled.asm["ptx"], metadata.name)
     except (KeyError, AttributeError, TypeError):
         return None
-    scratch = layout(sizes, len(ints))
+    scratch = layout(sizes, n_ints)
     if scratch is None:
         return None
-    return c.bind(compiled.function, *grid, 1, 32 * metadata.num_warps, metadata.shared, sizes, (*ints, *scratch),
-                  POINTERS, compiled)
-
-
-def launcher():
-    """The C ``launch(bound, stream, p0, p1, p2, p3) -> bool``, or None where the launcher is unavailable."""
-    c = module()
-    return None if c is None else c.launch
+    return c.bind(compiled.function, 32 * metadata.num_warps, metadata.shared, n_ints, scratch, compiled)

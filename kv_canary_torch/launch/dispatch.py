@@ -1,0 +1,251 @@
+"""Host side of the Triton backend: each launch, and the call path that takes a remembered call whole.
+
+Contract:
+
+- ``launch(flat_in, offsets, req_pool_indices, pool_out)`` enqueues the
+  kernel ``plan.plan`` names on the current stream of ``pool_out``'s device
+  and returns at once. The arguments have passed the argument checks. It
+  reads only shapes and strides (never data): no host-device sync, no
+  allocation, so it is CUDA-graph capturable, and it launches nothing when no
+  cell can be written.
+- ``call_bound(backend, flat_in, offsets, req_pool_indices, pool_out) -> bool``:
+  the C call path (``native.c``'s ``call``) once it is configured, else
+  always False. True: the call was checked and launched.
+- ``remember_call(backend, ...)``: after a checked launch with
+  ``check_values=False``, lets ``call_bound`` take the later calls whose
+  arguments have the same signature.
+
+How a call runs, fastest first:
+
+1. A remembered signature (``call_bound``): one C call reads the four
+   tensors' metadata (the C++ reader, ``tensor_meta``), finds their signature
+   in ``_memo``, tests ``len(offsets) == bs + 1``, plans the launch from ``N``
+   and ``bs`` (``plan``'s twin) and launches that slot's kernel: no Python
+   check, plan or frame. The signature is what stays fixed from one serving
+   step to the next: dtypes, ranks, strides, devices, the pool's shape, the
+   layout and the backend named; never ``N`` or ``bs``. Every argument check
+   of the spec is a function of it and of that one relation, so the memo
+   answers exactly what the checks would.
+2. A compiled variant (``_compiled``: a kernel compiled already for
+   ``plan.variant``), with every int in int32, 16-byte aligned pointers, the
+   pool's device current and no Triton launch hook: the C launcher's
+   ``launch``, the kernel bound once per variant (``_kernels``).
+3. Otherwise Triton's generic ``kernel[grid](...)``, which compiles the
+   variant the first time it occurs; its kernel is then remembered.
+
+Why 2 and 1 are exact: the kernels specialize nothing on their integer
+arguments but their width (``do_not_specialize`` covers them all; an int is
+passed as i32 when it fits, i64 otherwise) and each pointer on its 16-byte
+alignment, and a variant fixes everything else Triton compiles in (device,
+kernel, launch shape, constexprs). The remembered kernels are the i32,
+aligned specialization, and both paths take only calls that match it.
+
+What is kept: a compiled kernel per variant (a handful), and per signature a
+list of ``plan.SLOTS`` kernels; nothing per ``N`` or ``bs``. The memo is
+emptied whole past ``SIGNATURES`` entries, so it cannot grow without bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import torch
+
+from kv_canary_torch.launch import native, plan as launch_plan
+from kv_canary_torch.launch.plan import LANES_CONSTEXPRS, NOTHING, TILED, TILED_CONSTEXPRS, Plan
+
+SIGNATURES = 4096
+
+_module = None  # kv_canary_torch.triton_kernel, imported at first use
+_compiled: dict[tuple, object] = {}  # plan variant -> Triton's CompiledKernel (its i32, aligned specialization)
+_kernels: dict[tuple, object] = {}  # plan variant -> the C launcher's bound kernel, or None where it declines
+_memo: dict[bytes, list] = {}  # argument signature -> its kernels, by plan slot (see the module docstring)
+_c = None  # the C module, once a kernel is bound to it
+_configured_rule: tuple | None = None  # plan.rule() as the C call path has it
+_reader = None  # the C++ tensor reader's capsule, once loaded
+_reader_loading = None  # the thread loading it (tensor_meta.when_ready), once started
+
+
+def kernel_module():
+    """The kernel module, imported on first use (Triton reads TRITON_INTERPRET then)."""
+    global _module
+    if _module is None:
+        from kv_canary_torch import triton_kernel
+
+        _module = triton_kernel
+    return _module
+
+
+def interpreted() -> bool:
+    """True when the kernel runs in Triton's interpreter (defines the kernel if needed)."""
+    return kernel_module().INTERPRETED
+
+
+def plan_of(flat_in, offsets, req_pool_indices, pool_out) -> Plan:
+    """``plan.plan`` for these tensors' shapes, strides and device (-1 on the CPU: the interpreter)."""
+    n_rows, width = pool_out.shape
+    stride_row, stride_col = pool_out.stride()
+    return launch_plan.plan(
+        req_pool_indices.shape[0], flat_in.shape[0], n_rows, width, stride_row, stride_col,
+        flat_in.stride(0), offsets.stride(0), req_pool_indices.stride(0), pool_out.get_device(),
+    )
+
+
+def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch.Tensor, pool_out: torch.Tensor) -> None:
+    """Enqueue the kernel; see the module docstring."""
+    plan = plan_of(flat_in, offsets, req_pool_indices, pool_out)
+    if plan is NOTHING:
+        return
+    device = pool_out.get_device()
+    pointers = (flat_in.data_ptr(), offsets.data_ptr(), req_pool_indices.data_ptr(), pool_out.data_ptr())
+    compiled = _compiled.get(plan.variant)
+    if compiled is not None and plan.small_ints and _may_launch(pointers, device):
+        kernel = _kernels[plan.variant] if plan.variant in _kernels else _bind(plan, compiled)
+        if kernel is not None and _c.launch(kernel, *plan.grid, _raw_stream(device), *pointers, *plan.ints):
+            return
+    module = _module or kernel_module()
+    args = (flat_in, offsets, req_pool_indices, pool_out, *plan.ints)
+    if plan.kernel == TILED:
+        kernel, names = module.scatter_req_token_ids_tiled_kernel, TILED_CONSTEXPRS
+    else:
+        kernel, names = module.scatter_req_token_ids_kernel, LANES_CONSTEXPRS
+    meta = dict(zip(names, plan.constexprs), num_warps=plan.shape[1])
+    if device < 0 or device == torch.cuda.current_device():
+        compiled = kernel[plan.grid](*args, **meta)
+    else:  # Triton launches on the current device: make it pool_out's
+        with torch.cuda.device(device):
+            compiled = kernel[plan.grid](*args, **meta)
+    if device >= 0 and compiled is not None and plan.small_ints and _may_launch(pointers, device):
+        _compiled[plan.variant] = compiled
+        if plan.variant not in _kernels:
+            _bind(plan, compiled)  # now, so that this call's remember_call fills its slot
+
+
+def _may_launch(pointers, device: int) -> bool:
+    """Whether a remembered kernel may take these pointers on ``device``: aligned, no hook, the current device.
+
+    ``native.c``'s ``plan_call`` is its twin on the call path.
+    """
+    if (pointers[0] | pointers[1] | pointers[2] | pointers[3]) & 15 or not _hooks_idle():
+        return False
+    return not _several_devices() or device == torch.cuda.current_device()
+
+
+def _bind(plan: Plan, compiled):
+    """``compiled`` bound to the C launcher (None where it declines), remembered for ``plan``'s variant; loads the call path."""
+    kernel = _kernels[plan.variant] = native.bind(compiled, len(plan.ints))
+    if kernel is not None and _c is None:
+        _load_call_path()
+    return kernel
+
+
+def _no_call(backend, flat_in, offsets, req_pool_indices, pool_out) -> bool:
+    """``call_bound`` before the call path is configured: nothing is launched."""
+    return False
+
+
+# call_bound(backend, flat_in, offsets, req_pool_indices, pool_out) -> bool: the C
+# call path once configured, else _no_call.
+call_bound = _no_call
+_signature = None  # the C module's signature(), once the call path is configured
+
+
+def remember_call(backend, flat_in, offsets, req_pool_indices, pool_out) -> None:
+    """After a checked launch with ``check_values=False``: let ``call_bound`` take the next calls with these arguments' signature.
+
+    Arguments that are not exactly ``torch.Tensor``, or that the reader
+    declines, have no signature. The kernel of this call's plan is put in its
+    slot once the C launcher has bound it.
+    """
+    if _signature is None:
+        return
+    signature = _signature(backend, flat_in, offsets, req_pool_indices, pool_out)
+    if signature is None:
+        return
+    if launch_plan.rule() != _configured_rule:  # the rule's numbers changed (tests): plans of old families would differ
+        _configure(_c, _reader)
+    family = _memo.get(signature)
+    if family is None:
+        if len(_memo) >= SIGNATURES:
+            _memo.clear()
+        family = _memo[signature] = [None] * launch_plan.SLOTS
+    plan = plan_of(flat_in, offsets, req_pool_indices, pool_out)
+    if plan is not NOTHING and family[plan.slot] is None:
+        family[plan.slot] = _kernels.get(plan.variant)
+
+
+def _load_call_path() -> None:
+    """Load the C module, then the C++ tensor reader in the background; once both are there, configure the call path."""
+    global _c, _reader_loading
+    from kv_canary_torch.launch import tensor_meta
+
+    _c = native.module()
+
+    def use(reader) -> None:
+        global _reader
+        _reader = reader
+        _configure(_c, reader)
+
+    _reader_loading = tensor_meta.when_ready(use)
+
+
+def _configure(c, reader) -> None:
+    """Point ``call_bound`` at ``c``'s ``call`` over an empty memo and this module's hook, stream and device readers."""
+    global call_bound, _signature, _configured_rule
+    current_device = (getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device) if _several_devices() else None
+    _memo.clear()
+    _configured_rule = launch_plan.rule()
+    c.configure(_memo, torch.Tensor, _hooks_idle, _raw_stream, current_device, reader, _configured_rule)
+    _signature, call_bound = c.signature, c.call
+
+
+@contextlib.contextmanager
+def without_call_path():
+    """Inside, every launcher call takes the checked path (for benchmarks: what a signature's first call costs)."""
+    global call_bound, _signature
+    saved = call_bound, _signature
+    call_bound, _signature = _no_call, None
+    try:
+        yield
+    finally:
+        call_bound, _signature = saved
+
+
+def settle(timeout: float = 120.0) -> None:
+    """Wait until the C++ tensor reader has loaded or failed to: the steady state of a long-lived process (benchmarks, tests)."""
+    if _reader_loading is not None:
+        _reader_loading.join(timeout)
+
+
+def forget() -> None:
+    """Drop every remembered kernel and signature (tests that change the launch constants)."""
+    _compiled.clear()
+    _kernels.clear()
+    _memo.clear()
+
+
+_runtime_knobs = None  # triton.knobs.runtime (Triton >= 3.4), looked up once
+
+
+def _hooks_idle() -> bool:
+    """True when no Triton launch hook is installed (profilers install them)."""
+    global _runtime_knobs
+    if _runtime_knobs is None:
+        import triton  # imported already: the kernel module was defined before any launch
+
+        knobs = getattr(triton, "knobs", None)
+        _runtime_knobs = knobs.runtime if knobs is not None else triton.compiler.CompiledKernel
+    enter = getattr(_runtime_knobs, "launch_enter_hook", None)
+    exit_ = getattr(_runtime_knobs, "launch_exit_hook", None)
+    return (enter is None or not getattr(enter, "calls", True)) and (exit_ is None or not getattr(exit_, "calls", True))
+
+
+@functools.cache
+def _several_devices() -> bool:
+    return torch.cuda.device_count() > 1
+
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda device: torch.cuda.current_stream(device).cuda_stream
+)

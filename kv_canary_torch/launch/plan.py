@@ -1,0 +1,170 @@
+"""The launch rule of the Triton backend: which kernel, which launch shape, which grid and which ints, from shapes and strides.
+
+Contract: ``plan(bs, n_tokens, n_rows, width, stride_row, stride_col,
+flat_stride, offsets_stride, rows_stride, device) -> Plan`` (``NOTHING`` when
+no cell can be written: ``bs``, ``N``, ``R`` or ``C`` is 0) is a pure
+function of its integers, a few integer operations; it reads no data and
+keeps nothing, so a serving step whose ``N`` and ``bs`` change every call
+costs the same as a repeated one. ``Plan.variant`` names the compiled kernel
+the launch needs (one per device, kernel, launch shape and constexprs: a
+handful in all); ``Plan.slot`` is its index among the ``SLOTS`` variants one
+argument signature can need, which the C call path
+(``native.c``, ``plan_call``: this rule's twin, fed ``rule()``'s numbers at
+configure, tested equal to this one at every boundary) fills per signature.
+
+Two kernels (``kv_canary_torch.triton_kernel``):
+
+- ``tiled`` (``scatter_req_token_ids_tiled_kernel``): where ``flat_in`` and
+  the pool's columns are contiguous, the batch is large (the ``LARGE``
+  shape's tiles, over ``TILED_WARPS`` warps), a window may span at least
+  ``TILED_MIN_TILES`` tiles (``cdiv(min(C, N), BLOCK)``), its grid ``(bs,
+  cdiv(min(C, N), BLOCK) + 1)`` has at most ``TILED_IDLE`` programs per tile
+  of tokens (``cdiv(N, BLOCK) + bs``; a decode batch of one token per
+  request on a wide pool does not pay a program per empty tile) and fits
+  CUDA's axis 1 (65535): one program per aligned tile, no loop, unmasked
+  16-byte stores inside windows;
+- ``lanes`` (``scatter_req_token_ids_kernel``): everything else, any strides;
+  compiled with ``UNIT`` (no stride multiply per element) where ``flat_in``
+  and the pool's columns are contiguous, and ``WIDE`` (int64 column offsets)
+  where a column index times a stride, or the last lane's tile, could pass
+  2**31.
+
+Requests go on axis 0, which CUDA allows up to 2**31 - 1 (axes 1 and 2 stop
+at 65535), so there is no cap on ``bs`` below that. In the ``lanes`` kernel
+each request's columns are shared by ``lanes`` programs that stride through
+them tile by tile, so any width is covered by any lane count and the lane
+count is a pure speed choice:
+
+- a request never writes more than ``min(C, N)`` cells, so more than
+  ``cdiv(min(C, N), BLOCK)`` lanes would only add programs with nothing to do
+  (decode steps, one token per request, get one lane);
+- with many requests, ``cdiv(TARGET_PROGRAMS, bs)`` lanes per request keep the
+  programs that exit at once (short requests) from outnumbering the work, while
+  one long request alone still gets up to ``TARGET_PROGRAMS`` lanes.
+
+``small_ints``: every integer argument, and ``bs`` (grid axis 0), fits
+int32. Triton passes an int as i32 when it fits and i64 otherwise, a
+different compiled kernel; the remembered kernels and the C launcher take
+only the i32 one, and a plan with a larger int launches through Triton's
+generic path.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from shared_spec.reference import longest_window
+
+# Launch shapes, from benchmarks/tune_triton.py on the H200 (interleaved
+# rounds against the same-run per-request-tile baseline): (BLOCK, num_warps,
+# TARGET_PROGRAMS, STREAM). A batch whose requests together span at most
+# SMALL_CELLS columns is latency-bound: 256-column tiles (2 tokens a thread)
+# finish soonest. Everything larger streams best from 1024-column tiles over
+# 4 warps (8 tokens a thread), at most ~4096 programs. Across the grid these
+# measured 0.87x to 1.02x the baseline's device time (ratios of medians).
+SMALL_CELLS = 16384
+SMALL = (256, 4, 4096, False)
+LARGE = (1024, 4, 4096, False)
+# The tiled kernel runs LARGE's 1024-cell tiles over 2 warps (16 tokens a
+# thread, twice the loads in flight per thread). tune_triton.py, one H200, 5
+# interleaved rounds (third session), ratio to the baseline at the 8 cases of
+# 1M tokens or more, 2 warps / 4 warps: worst 0.98 / 1.06, mean 0.93 / 0.96;
+# 2 warps faster at 6 of the 8 cases.
+TILED_WARPS = 2
+# The tiled kernel only where a window may span this many tiles or more. On
+# shorter windows (sglang's 513- and 2049-column rows) the lanes kernel matched
+# it with the L2 flushed before each call and beat it chained in a CUDA graph,
+# inputs warm: tune_triton.py on one H200 (eighth session), ratio to the
+# same-run baseline, tiled / lanes, medians of three flushed runs, then chained:
+# 4096 x 512 0.96 / 0.98, 1.34 / 1.14; 1024 x 2048 1.00 / 1.00, 1.11 / 1.03;
+# 256 x 2048 0.98 / 0.90, 1.21 / 1.06; 64 x 2048 1.01 / 0.96, 1.04 / 0.99.
+# From 8193 columns on the tiled kernel was ahead flushed (256 x 8192 0.94 /
+# 1.01, ragged 0.97 / 1.00 and 0.94 / 0.99). With the lanes kernel's UNIT
+# specialization since, two flushed runs and one chained: 4096 x 512 0.90, 0.98 /
+# 0.98, 1.03, chained 1.31 / 1.01; 1024 x 2048 0.95, 1.01 / 1.22 (an outlier),
+# 1.04, chained 1.15 / 1.03; 256 x 32768 0.94, 0.96 / 1.02, 1.02, chained 0.96 / 1.04.
+TILED_MIN_TILES = 4
+# The tiled kernel's grid may hold at most this many programs per tile of tokens
+# (cdiv(N, BLOCK) + bs: each request's first tile may be partial); past that
+# most of its programs would find nothing to copy and the lanes kernel, whose
+# grid follows the tokens, is launched instead.
+TILED_IDLE = 4
+# CUDA's grid axis 1 (the tiled kernel's tiles per request) stops here.
+GRID_AXIS_1 = 65535
+INT32_END = 2**31
+TILED, LANES = "tiled", "lanes"
+# Each kernel's constexpr parameters, in the order of a plan's ``constexprs``.
+TILED_CONSTEXPRS = ("BLOCK",)
+LANES_CONSTEXPRS = ("BLOCK", "WIDE", "STREAM", "UNIT")
+# The variants one argument signature can need, by slot: the lanes kernel in the
+# SMALL and LARGE shapes, each narrow and WIDE, then the tiled kernel (device and
+# UNIT follow from the signature).
+SLOTS = 5
+TILED_SLOT = 4
+
+
+class Plan(NamedTuple):
+    """Everything about one launch that follows from shapes and strides alone."""
+
+    grid: tuple[int, int]
+    ints: tuple[int, ...]  # the kernel's integer arguments, in order
+    shape: tuple[int, int, int, bool]  # (BLOCK, num_warps, TARGET_PROGRAMS, STREAM)
+    constexprs: tuple  # the kernel's constexprs (LANES_CONSTEXPRS or TILED_CONSTEXPRS), after its other arguments
+    variant: tuple  # (device, kernel, shape, constexprs): one compiled kernel each
+    small_ints: bool  # every int and bs fit int32 (the remembered kernels' specialization, grid axis 0)
+    kernel: str  # TILED or LANES
+    slot: int  # the variant's index among a signature's SLOTS
+
+
+NOTHING = Plan((0, 0), (), (0, 0, 0, False), (), (), False, LANES, -1)  # bs, N, R or C is 0
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def launch_shape(bs: int, width: int, n_tokens: int) -> tuple[int, int, int, bool]:
+    """(BLOCK, num_warps, TARGET_PROGRAMS, STREAM) for one launch: SMALL when the batch spans at most SMALL_CELLS cells."""
+    return SMALL if bs * longest_window(width, n_tokens) <= SMALL_CELLS else LARGE
+
+
+def tiled(shape, flat_stride: int, stride_col: int, bs: int, tiles: int, token_tiles: int) -> bool:
+    """Whether the tiled kernel runs (module docstring): contiguous, large, long windows, not too idle, within grid axis 1.
+
+    ``tiles`` is its grid's axis 1, ``cdiv(min(C, N), BLOCK) + 1``; ``token_tiles`` is ``cdiv(N, BLOCK) + bs``.
+    """
+    return (
+        flat_stride == 1 and stride_col == 1 and shape == LARGE and tiles - 1 >= TILED_MIN_TILES
+        and bs * tiles <= TILED_IDLE * token_tiles and tiles <= GRID_AXIS_1
+    )
+
+
+def plan(bs, n_tokens, n_rows, width, stride_row, stride_col, flat_stride, offsets_stride, rows_stride, device) -> Plan:
+    """The launch of one call; see the module docstring."""
+    if bs == 0 or n_tokens == 0 or n_rows == 0 or width == 0:
+        return NOTHING
+    window = longest_window(width, n_tokens)
+    shape = launch_shape(bs, width, n_tokens)
+    block, _, target, stream = shape
+    tiles = cdiv(window, block) + 1  # aligned tiles a window can meet
+    if tiled(shape, flat_stride, stride_col, bs, tiles, cdiv(n_tokens, block) + bs):
+        shape = (block, TILED_WARPS, target, stream)
+        ints = (n_tokens, n_rows, width, offsets_stride, rows_stride, stride_row)
+        return Plan((bs, tiles), ints, shape, (block,), (device, TILED, shape, (block,)), max(*ints, bs) < INT32_END,
+                    TILED, TILED_SLOT)
+    lanes = min(cdiv(window, block), cdiv(target, bs))
+    wide = width * max(stride_col, flat_stride, 1) >= INT32_END or width + lanes * block >= INT32_END
+    ints = (n_tokens, n_rows, width, flat_stride, offsets_stride, rows_stride, stride_row, stride_col)
+    constexprs = (block, wide, stream, flat_stride == 1 and stride_col == 1)
+    return Plan((bs, lanes), ints, shape, constexprs, (device, LANES, shape, constexprs), max(*ints, bs) < INT32_END,
+                LANES, 2 * (shape == LARGE) + wide)
+
+
+def rule() -> tuple[int, ...]:
+    """This module's numbers in the order the C twin takes them (``native.c``, ``configure``).
+
+    Read at each configure, so a test that changes them reconfigures the C side with them.
+    """
+    if SMALL[1:] != LARGE[1:] or SMALL[0] == LARGE[0] or SMALL[3]:  # the twin knows one warp count and target, no STREAM
+        raise ValueError("the C launch rule takes SMALL and LARGE differing in BLOCK alone, STREAM off")
+    return (SMALL_CELLS, SMALL[0], LARGE[0], LARGE[2], TILED_MIN_TILES, TILED_IDLE, GRID_AXIS_1)

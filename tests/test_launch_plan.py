@@ -1,0 +1,110 @@
+"""The launch rule (``kv_canary_torch.launch.plan``) and its C twin (``native.c``'s ``plan``): equal everywhere.
+
+The call path plans every remembered call in C from ``N`` and ``bs``; the
+checked path plans in Python. Both must name the same kernel slot, grid and
+ints for every input, or a remembered call would launch another kernel than
+its first call did. Checked at every boundary of the rule (the small/large
+shape, the tiled kernel's window, idleness and grid limits, the WIDE
+switch, the int32 widths) and on random sizes and strides.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, strategies as st
+
+from kv_canary_torch.launch import native, plan as launch_plan
+from tests.profiles import property_settings
+
+INT32_END = 2**31
+
+
+@pytest.fixture(scope="module")
+def c_module(tmp_path_factory):
+    return native.load_module(native.build(tmp_path_factory.mktemp("cache")))
+
+
+def python_plan(*sizes):
+    plan = launch_plan.plan(*sizes, 0)
+    return None if plan is launch_plan.NOTHING else (plan.slot, plan.grid, plan.ints, plan.small_ints)
+
+
+def assert_twins(c, sizes):
+    assert c.plan(launch_plan.rule(), *sizes) == python_plan(*sizes), sizes
+
+
+def around(x):
+    return [v for v in (x - 1, x, x + 1) if v >= 0]
+
+
+def boundary_sizes():
+    """(bs, N, R, C, stride_row, stride_col, flat_stride, offsets_stride, rows_stride) at every edge of the rule."""
+    small, large = launch_plan.SMALL[0], launch_plan.LARGE[0]
+    cells = launch_plan.SMALL_CELLS
+    out = []
+    for bs in (1, 2, 64, 4097):  # the small/large switch at bs * min(C, N) == SMALL_CELLS
+        for window in around(cells // bs):
+            out += [(bs, window, 4, window, window, 1, 1, 1, 1), (bs, 10**6, 4, window, window, 1, 1, 1, 1)]
+    for width in around(launch_plan.TILED_MIN_TILES * large) + around((launch_plan.TILED_MIN_TILES - 1) * large):
+        out += [(64, 64 * width, 65, width, width + 1, 1, 1, 1, 1), (64, 64 * width, 65, width, width, 1, 2, 1, 1),
+                (64, 64 * width, 65, width, width * 3, 3, 1, 1, 1)]  # the tiled kernel's window; flat or columns strided
+    for bs in (10, 100, 1000):  # idleness: bs * tiles against TILED_IDLE * (cdiv(N, BLOCK) + bs)
+        for n in around(bs * large * 2) + around(bs) + [bs * 4, bs * 7]:
+            out.append((bs, n, bs + 1, 10 * large + 1, 10 * large + 1, 1, 1, 1, 1))
+    for width in around((launch_plan.GRID_AXIS_1 - 1) * large):  # grid axis 1: tiles == cdiv(window, BLOCK) + 1
+        out.append((1, width, 2, width, width, 1, 1, 1, 1))
+    for width, stride in ((INT32_END // 2, 2), (INT32_END - 1, 1), (INT32_END // 3, 3), (INT32_END - small, 1)):
+        for w in around(width):  # WIDE: C * max(strides) or C + lanes * BLOCK reaching 2**31
+            out += [(1, 10, 2, w, w * stride, stride, 1, 1, 1), (1, 10, 2, w, w, 1, stride, 1, 1),
+                    (100, 10**6, 2, w, w, 1, 1, 1, 1)]
+    for big in around(INT32_END):  # each int, and bs, at the int32 width
+        out += [(4, big, 5, 100, 100, 1, 1, 1, 1), (4, 100, big, 100, 100, 1, 1, 1, 1), (4, 100, 5, big, big, 1, 1, 1, 1),
+                (4, 100, 5, 100, big, 1, 1, 1, 1), (4, 100, 5, 100, 100, big, 1, 1, 1), (4, 100, 5, 100, 100, 1, big, 1, 1),
+                (4, 100, 5, 100, 100, 1, 1, big, 1), (4, 100, 5, 100, 100, 1, 1, 1, big), (big, 100, 5, 100, 100, 1, 1, 1, 1),
+                (big, 10**6, 5, 10**4, 10**4, 1, 1, 1, 1)]
+    for zero in range(4):  # bs, N, R or C zero: nothing
+        sizes = [4, 100, 5, 100, 100, 1, 1, 1, 1]
+        sizes[zero] = 0
+        out.append(tuple(sizes))
+    out += [(2**62, 2**62, 2**62, 2**62, 2**62, 2**62, 2**62, 2**62, 2**62), (1, 1, 1, 1, 0, 0, 0, 0, 0)]  # no overflow
+    return out
+
+
+def test_the_twins_agree_at_every_boundary(c_module):
+    sizes = boundary_sizes()
+    kinds = {python_plan(*s)[0] if python_plan(*s) else None for s in sizes}
+    assert kinds == {None, *range(launch_plan.SLOTS)}, kinds  # every slot, and nothing, reached
+    for s in sizes:
+        assert_twins(c_module, s)
+
+
+def test_the_twins_agree_on_random_sizes(c_module):
+    @property_settings(300)
+    @given(
+        bs=st.integers(0, 5000), n=st.integers(0, 10**7), rows=st.integers(0, 4000),
+        width=st.one_of(st.integers(0, 70000), st.integers(0, 2**40)),
+        strides=st.tuples(*[st.one_of(st.just(1), st.integers(0, 4), st.integers(0, 2**33))] * 5),
+    )
+    def check(bs, n, rows, width, strides):
+        assert_twins(c_module, (bs, n, rows, width, *strides))
+
+    check()
+
+
+def test_the_twin_takes_the_rules_numbers(c_module, monkeypatch):
+    # The rule's numbers reach C through plan.rule(), so a change of them (the tests' small tiles) changes both.
+    monkeypatch.setattr(launch_plan, "LARGE", (16, 4, 4096, False))
+    monkeypatch.setattr(launch_plan, "SMALL_CELLS", -1)
+    monkeypatch.setattr(launch_plan, "TILED_MIN_TILES", 0)
+    for sizes in itertools.product((1, 7, 300), (1, 50, 4000), (3,), (1, 33, 100)):
+        full = (*sizes[:3], sizes[3], sizes[3], 1, 1, 1, 1)
+        assert_twins(c_module, full)
+    assert python_plan(64, 4000, 65, 100, 100, 1, 1, 1, 1)[0] == launch_plan.TILED_SLOT
+
+
+def test_the_rule_refuses_shapes_the_twin_cannot_tell_apart(monkeypatch):
+    monkeypatch.setattr(launch_plan, "SMALL", launch_plan.LARGE)
+    with pytest.raises(ValueError):
+        launch_plan.rule()
