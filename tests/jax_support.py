@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import functools
+import os
+import pathlib
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -16,15 +20,19 @@ from shared_spec import errors, scatter_reference
 from tests.contract import assert_same_pool
 from tests.strategies import large_batch, sentinel_pool
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# The modules the default must never import where Mosaic GPU runs: Pallas' deprecated Triton lowering, and ours on it.
+TRITON_LOWERING_MODULES = ("jax.experimental.pallas.triton", "kv_canary_jax.pallas_triton")
+
 
 def default_gpu_kernel(platform: str, interpret: bool) -> str:
     """The kernel ``implementation=None`` picks on a CUDA GPU (or, interpreted, anywhere but a TPU), stated plainly.
 
-    Mosaic GPU when the default tries it and it runs there (a Hopper or newer
-    GPU, or the interpreter, with Mosaic GPU importable); else Pallas-Triton.
+    Mosaic GPU where it runs (a Hopper or newer GPU, or the interpreter, with
+    Mosaic GPU importable); else Pallas-Triton.
     """
     mosaic_runs = implementations.unavailable_reason(implementations.MOSAIC, platform, interpret) is None
-    return "mosaic" if implementations.MOSAIC_IN_DEFAULT and mosaic_runs else "pallas"
+    return "mosaic" if mosaic_runs else "pallas"
 
 
 def check_donation_writes_in_place(implementation: str, interpret: bool) -> None:
@@ -63,3 +71,14 @@ def check_unavailable_falls_through(implementation: str, reason: str) -> None:
     assert str(info.value) == f"{errors.PREFIX} implementation {implementation!r} cannot run here: {reason}"
     out = scatter_req_token_ids(*b, implementation=(implementation, "xla"))
     assert_same_pool(np.asarray(out), scatter_reference(*[np.asarray(a) for a in b]))
+
+
+def fresh_python(script: str, *flags: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python FLAGS -c script`` in a new process: this repository first on its path, x64 on (``JAX_ENABLE_X64``).
+
+    For what one process cannot show twice: which modules a first call
+    imports, which warnings it emits. x64 comes from the environment, so the
+    script need not call ``jax.config`` (nor risk a warning doing so).
+    """
+    env = dict(os.environ, JAX_ENABLE_X64="1", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, *flags, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)

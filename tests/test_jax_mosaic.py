@@ -29,7 +29,8 @@ from kv_canary_jax.conformance import MosaicRunner  # noqa: E402
 from shared_spec import errors, scatter_reference  # noqa: E402
 from tests.contract import ScatterContract, assert_same_pool, assert_written_by_its_requests  # noqa: E402
 from tests.jax_support import (  # noqa: E402
-    check_donation_writes_in_place, check_unavailable_falls_through, check_vmap_over_pools_and_over_batches,
+    TRITON_LOWERING_MODULES, check_donation_writes_in_place, check_unavailable_falls_through,
+    check_vmap_over_pools_and_over_batches, fresh_python,
 )
 from tests.profiles import property_settings  # noqa: E402
 from tests.strategies import large_batch, sentinel_pool  # noqa: E402
@@ -333,8 +334,49 @@ def test_mosaic_is_selectable_and_interprets_anywhere():
 
 
 def test_default_order():
-    expected = ("mosaic", "pallas", "xla") if implementations.MOSAIC_IN_DEFAULT else ("pallas", "mosaic", "xla")
-    assert implementations.DEFAULT == expected
+    assert implementations.MOSAIC_IN_DEFAULT
+    assert implementations.DEFAULT == ("mosaic", "pallas", "xla")
+
+
+@pytest.mark.parametrize("capability", [(9, 0), (10, 0), (8, 0), (8, 9)])
+def test_the_default_per_compute_capability(monkeypatch, capability):
+    """Hopper and newer: Mosaic GPU first; older GPUs: the Triton-lowered kernel (XLA where JAX no longer has it)."""
+    monkeypatch.setattr(implementations, "gpu_capability", lambda: capability)
+    if capability >= implementations.MOSAIC_MIN_CAPABILITY:
+        expected = "mosaic"
+    else:
+        expected = "pallas" if implementations.pallas_triton_import_error() is None else "xla"
+    assert implementations.plan(None, "cuda", False) == ((None, expected),)
+    # Traced (no device yet): the GPU's choice as above, XLA on every other platform.
+    tpu = (("tpu", "mosaic_tpu"),) if implementations.MOSAIC_TPU_IN_DEFAULT else ()
+    assert implementations.plan(None, None, False) == (("cuda", expected), *tpu, (None, "xla"))
+
+
+def test_on_hopper_the_default_never_touches_the_triton_lowering():
+    """Capability 9.0 simulated, in a fresh process, DeprecationWarnings as errors: planning, lowering and running
+    the default never probe nor import Pallas' Triton lowering (JAX 0.11 warns on its import)."""
+    script = f"""
+import sys
+import numpy as np
+import jax
+import jax.numpy as jnp
+from kv_canary_jax import implementations, scatter_req_token_ids
+implementations.gpu_capability = lambda: (9, 0)  # a Hopper GPU, as far as the choice goes
+assert implementations.plan(None, "cuda", False) == ((None, "mosaic"),), implementations.mosaic_import_error()
+assert dict(implementations.plan(None, None, False))["cuda"] == "mosaic"
+shapes = [jax.ShapeDtypeStruct(s, t) for s, t in (((50,), jnp.int64), ((4,), jnp.int64), ((3,), jnp.int64), ((4, 20), jnp.int32))]
+hlo = jax.jit(scatter_req_token_ids, donate_argnums=3).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
+assert "@mosaic_gpu" in hlo and "triton" not in hlo
+pool = scatter_req_token_ids(np.arange(4), np.array([0, 4]), np.array([1]), np.zeros((2, 4), np.int32))  # XLA, on the CPU
+probe = implementations.pallas_triton_import_error.cache_info()
+assert probe.hits + probe.misses == 0, "the Triton lowering was probed"
+imported = [name for name in {TRITON_LOWERING_MODULES!r} if name in sys.modules]
+assert not imported, imported
+print(np.asarray(pool).tolist())
+"""
+    done = fresh_python(script, "-W", "error::DeprecationWarning")
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.strip() == "[[0, 0, 0, 0], [0, 1, 2, 3]]"
 
 
 @pytest.mark.skipif(implementations.gpu_capability() is not None, reason="a GPU is here")
