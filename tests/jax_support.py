@@ -1,10 +1,11 @@
-"""Shared checks of the JAX frontend's kernel tests (not a test module): donation, vmap, an unavailable kernel."""
+"""Shared checks of the JAX frontend's kernel tests (not a test module): donation, vmap, an unavailable kernel, lowering, fresh processes."""
 
 from __future__ import annotations
 
 import functools
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -82,3 +83,23 @@ def fresh_python(script: str, *flags: str, timeout: float = 300) -> subprocess.C
     """
     env = dict(os.environ, JAX_ENABLE_X64="1", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, *flags, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+
+
+def lower_for_cuda(f, *shapes, donate=True) -> str:
+    """StableHLO of ``jax.jit(f)`` lowered for CUDA (no GPU needed) on ``(shape, dtype)`` arguments, the fourth donated."""
+    args = [jax.ShapeDtypeStruct(s, t) for s, t in shapes]
+    return jax.jit(f, donate_argnums=3 if donate else ()).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+
+def assert_one_bare_mosaic_call(text: str) -> None:
+    """One Mosaic GPU call and nothing around it, on the op's own four operands, written into the donated pool.
+
+    Nothing around it: no convert, copy, pad or zero-filled GMEM scratch,
+    each of which XLA would run as a kernel of its own at every application;
+    no collective metadata, which XLA's initialize stage of the custom call
+    would build on the host at every execution.
+    """
+    assert re.findall(r"= \"?(\w+\.\w+)", text) == ["stablehlo.custom_call"]
+    assert "stablehlo.custom_call @mosaic_gpu_v2(%arg0, %arg1, %arg2, %arg3)" in text
+    assert "uses_xla_collective_metadata = true" not in text and "xla_replica_ids" not in text
+    assert "tf.aliasing_output = 0" in text
