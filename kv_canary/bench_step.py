@@ -5,10 +5,9 @@ Contract: ``main(argv) -> int`` parses the flags below and returns ``run(args)``
 (after saying which disagreed, on stderr) when one does not. It prints a
 markdown table, or with ``--json`` one JSON object (``meta``, ``rows``,
 ``default``), on stdout; progress goes to stderr. Needs JAX only (it never
-imports torch); on a machine without a GPU it runs too, on the CPU (XLA, and
-the Pallas kernels in no form: they need a GPU), which is how the tests run it.
-It enables x64 for its own process (the command's choice; the library never
-sets it).
+imports torch). Without a GPU it runs on the CPU, where only XLA runs: how the
+tests run it. It enables x64 for its own process (the command's choice; the
+library never sets it).
 
 The step: ``MATMULS`` bf16 ``SIZE x SIZE`` matmuls in a chain (each feeds the
 next, so XLA keeps every one; the model's work of a decode step) and, in the

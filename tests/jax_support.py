@@ -103,3 +103,26 @@ def assert_one_bare_mosaic_call(text: str) -> None:
     assert "stablehlo.custom_call @mosaic_gpu_v2(%arg0, %arg1, %arg2, %arg3)" in text
     assert "uses_xla_collective_metadata = true" not in text and "xla_replica_ids" not in text
     assert "tf.aliasing_output = 0" in text
+
+
+# Appended to a script by run_clear_of_the_triton_lowering: the import probe never ran, neither module is loaded.
+_TRITON_LOWERING_UNTOUCHED = f"""
+import sys
+from kv_canary_jax import implementations as _implementations
+_probe = _implementations.pallas_triton_import_error.cache_info()
+assert _probe.hits + _probe.misses == 0, "the Triton lowering was probed"
+_imported = [name for name in {TRITON_LOWERING_MODULES!r} if name in sys.modules]
+assert not _imported, _imported
+"""
+
+
+def run_clear_of_the_triton_lowering(script: str) -> str:
+    """``script``'s stdout, run fresh with DeprecationWarnings as errors; fails if it probed or imported the Triton lowering.
+
+    The probe is checked as well as the modules: under ``-W error`` a warning
+    raised by the import would make the probe report the lowering missing,
+    and the module would not stay in ``sys.modules``.
+    """
+    done = fresh_python(script + _TRITON_LOWERING_UNTOUCHED, "-W", "error::DeprecationWarning")
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout.strip()
