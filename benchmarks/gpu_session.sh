@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call: GPU tests, the memory checker, the conformance matrix, then timings. Logs land in $OUT.
-#   bash benchmarks/gpu_session.sh [all|final|gpu|tests|memcheck|check|tune|bench|mosaic|kernels|host] [limit seconds]
+#   bash benchmarks/gpu_session.sh [all|final|gpu|tests|memcheck|check|tune|bench|mosaic|kernels|host|hostcost|step] [limit seconds]
 # `all` runs gpu (the GPU tests), memcheck, check and mosaic in that order (about 5 minutes on one H200);
 # `final` runs gpu, memcheck, check, bench and kernels (about 8 minutes: what a closing note quotes);
 # `tests` is the whole suite, CPU tests included.
@@ -33,6 +33,10 @@ run() {
     # Every bench case, both JAX kernels: the chained figure beside the kernel's own duration from a profiler trace.
     kernels) step "${2:-240}" python3 benchmarks/jax_kernel_times.py ;;
     host) step "${2:-120}" python3 -m kv_canary.cli bench --host ;;
+    # Each Pallas lowering's host work per application (chained wall clock minus device clock), beside empty kernels'.
+    hostcost) step "${2:-400}" python3 benchmarks/mosaic_host_cost.py ;;
+    # The scatter's marginal cost in a server-like jitted step, per implementation and the default.
+    step) step "${2:-300}" python3 -m kv_canary.bench_step ;;
   esac
 }
 if [ "${1:-all}" = all ]; then

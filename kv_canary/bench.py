@@ -28,7 +28,9 @@ Methods (one GPU, nothing else running):
   per kernel (XLA runs the Mosaic GPU custom call's prepare and initialize
   stages on the host at every call, about 2 us per kernel on jax 0.11.2), so
   this figure, not the chained one, compares their device time like for like;
-  'mosaic / pallas' is its ratio, 'mosaic / pallas chained' the wall one's.
+  'mosaic / pallas' is its ratio, 'mosaic / pallas chained' the wall one's;
+  'pallas host us/app' and 'mosaic host us/app' are the chained figure minus
+  this one: the host's work per application that the device clock does not see.
 - JAX figures come from a child process that imports no torch
   (``jax_in_own_process``), run before the torch ones.
 - JAX wall time: per call of a jitted, pool-donating function, median of 5
@@ -403,6 +405,8 @@ COLUMNS = (
     ("jax_pallas_us", "pallas chained us"),
     ("jax_mosaic_us", "mosaic chained us"),
     ("mosaic_over_pallas", "mosaic / pallas chained"),
+    ("pallas_host_us", "pallas host us/app"),
+    ("mosaic_host_us", "mosaic host us/app"),
     ("jax_xla_us", "XLA us"),
     ("jax_pallas_wall_us", "pallas wall us"),
     ("jax_mosaic_wall_us", "mosaic wall us"),
@@ -433,6 +437,10 @@ def derived(measures: dict, empty_us: float) -> dict:
         if pallas and mosaic:
             out[f"mosaic_over_pallas{suffix}"] = mosaic / pallas
             out[f"mosaic_minus_pallas{suffix}_us"] = mosaic - pallas
+    for impl in DEVICE_CLOCK_IMPLEMENTATIONS:  # chained wall clock minus device clock: host work per application
+        chained, device = measures.get(f"jax_{impl}_us"), measures.get(f"jax_{impl}_device_us")
+        if chained is not None and device is not None:
+            out[f"{impl}_host_us"] = chained - device
     return out
 
 

@@ -1,8 +1,13 @@
-"""Shared checks of the JAX frontend's kernel tests (not a test module): donation, vmap, an unavailable kernel."""
+"""Shared checks of the JAX frontend's kernel tests (not a test module): donation, vmap, an unavailable kernel, lowering, fresh processes."""
 
 from __future__ import annotations
 
 import functools
+import os
+import pathlib
+import re
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -16,15 +21,19 @@ from shared_spec import errors, scatter_reference
 from tests.contract import assert_same_pool
 from tests.strategies import large_batch, sentinel_pool
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# The modules the default must never import where Mosaic GPU runs: Pallas' deprecated Triton lowering, and ours on it.
+TRITON_LOWERING_MODULES = ("jax.experimental.pallas.triton", "kv_canary_jax.pallas_triton")
+
 
 def default_gpu_kernel(platform: str, interpret: bool) -> str:
     """The kernel ``implementation=None`` picks on a CUDA GPU (or, interpreted, anywhere but a TPU), stated plainly.
 
-    Mosaic GPU when the default tries it and it runs there (a Hopper or newer
-    GPU, or the interpreter, with Mosaic GPU importable); else Pallas-Triton.
+    Mosaic GPU where it runs (a Hopper or newer GPU, or the interpreter, with
+    Mosaic GPU importable); else Pallas-Triton.
     """
     mosaic_runs = implementations.unavailable_reason(implementations.MOSAIC, platform, interpret) is None
-    return "mosaic" if implementations.MOSAIC_IN_DEFAULT and mosaic_runs else "pallas"
+    return "mosaic" if mosaic_runs else "pallas"
 
 
 def check_donation_writes_in_place(implementation: str, interpret: bool) -> None:
@@ -63,3 +72,57 @@ def check_unavailable_falls_through(implementation: str, reason: str) -> None:
     assert str(info.value) == f"{errors.PREFIX} implementation {implementation!r} cannot run here: {reason}"
     out = scatter_req_token_ids(*b, implementation=(implementation, "xla"))
     assert_same_pool(np.asarray(out), scatter_reference(*[np.asarray(a) for a in b]))
+
+
+def fresh_python(script: str, *flags: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python FLAGS -c script`` in a new process: this repository first on its path, x64 on (``JAX_ENABLE_X64``).
+
+    For what one process cannot show twice: which modules a first call
+    imports, which warnings it emits. x64 comes from the environment, so the
+    script need not call ``jax.config`` (nor risk a warning doing so).
+    """
+    env = dict(os.environ, JAX_ENABLE_X64="1", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, *flags, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+
+
+def lower_for_cuda(f, *shapes, donate=True) -> str:
+    """StableHLO of ``jax.jit(f)`` lowered for CUDA (no GPU needed) on ``(shape, dtype)`` arguments, the fourth donated."""
+    args = [jax.ShapeDtypeStruct(s, t) for s, t in shapes]
+    return jax.jit(f, donate_argnums=3 if donate else ()).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+
+def assert_one_bare_mosaic_call(text: str) -> None:
+    """One Mosaic GPU call and nothing around it, on the op's own four operands, written into the donated pool.
+
+    Nothing around it: no convert, copy, pad or zero-filled GMEM scratch,
+    each of which XLA would run as a kernel of its own at every application;
+    no collective metadata, which XLA's initialize stage of the custom call
+    would build on the host at every execution.
+    """
+    assert re.findall(r"= \"?(\w+\.\w+)", text) == ["stablehlo.custom_call"]
+    assert "stablehlo.custom_call @mosaic_gpu_v2(%arg0, %arg1, %arg2, %arg3)" in text
+    assert "uses_xla_collective_metadata = true" not in text and "xla_replica_ids" not in text
+    assert "tf.aliasing_output = 0" in text
+
+
+# Appended to a script by run_clear_of_the_triton_lowering: the import probe never ran, neither module is loaded.
+_TRITON_LOWERING_UNTOUCHED = f"""
+import sys
+from kv_canary_jax import implementations as _implementations
+_probe = _implementations.pallas_triton_import_error.cache_info()
+assert _probe.hits + _probe.misses == 0, "the Triton lowering was probed"
+_imported = [name for name in {TRITON_LOWERING_MODULES!r} if name in sys.modules]
+assert not _imported, _imported
+"""
+
+
+def run_clear_of_the_triton_lowering(script: str) -> str:
+    """``script``'s stdout, run fresh with DeprecationWarnings as errors; fails if it probed or imported the Triton lowering.
+
+    The probe is checked as well as the modules: under ``-W error`` a warning
+    raised by the import would make the probe report the lowering missing,
+    and the module would not stay in ``sys.modules``.
+    """
+    done = fresh_python(script + _TRITON_LOWERING_UNTOUCHED, "-W", "error::DeprecationWarning")
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout.strip()

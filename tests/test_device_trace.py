@@ -77,6 +77,15 @@ def test_bench_ratios_of_device_and_chained_figures():
     assert "mosaic_over_pallas_device" not in bench.derived({"jax_pallas_device_us": 2.0}, empty_us=3.0)
 
 
+def test_bench_host_work_per_application_is_chained_minus_device():
+    measures = {"jax_pallas_us": 2.0, "jax_mosaic_us": 4.5, "jax_pallas_device_us": 2.25, "jax_mosaic_device_us": 2.25}
+    out = bench.derived(measures, empty_us=3.0)
+    assert out["mosaic_host_us"] == pytest.approx(2.25)
+    assert out["pallas_host_us"] == pytest.approx(-0.25)  # the chained figure's noise can put it below the device's
+    assert "mosaic_host_us" not in bench.derived({"jax_mosaic_us": 4.5}, empty_us=3.0)
+    assert {"pallas_host_us", "mosaic_host_us"} <= {key for key, _ in bench.COLUMNS}
+
+
 def test_bench_ratios_of_the_triton_kernel_flushed_and_chained():
     measures = {"torch_triton_us": 9.0, "per_request_tile_us": 10.0, "same_bytes_copy_us": 8.0, "empty_kernel_us": 4.0,
                 "torch_triton_chained_us": 6.0, "per_request_tile_chained_us": 5.0}

@@ -21,6 +21,7 @@ from kv_canary_jax import error_from_checkify, pallas_triton, platforms  # noqa:
 from kv_canary_jax.api import scatter_req_token_ids  # noqa: E402
 from shared_spec import scatter_reference  # noqa: E402
 from tests.contract import assert_same_pool  # noqa: E402
+from tests.jax_support import default_gpu_kernel  # noqa: E402
 from tests.profiles import property_settings  # noqa: E402
 from tests.strategies import batches, large_batch, sentinel_pool  # noqa: E402
 
@@ -55,11 +56,15 @@ def check(implementation, *batch, jit=False):
 
 
 def test_default_is_the_kernel_on_gpu():
+    """Mosaic GPU on Hopper and newer, the Triton-lowered kernel on older GPUs (``tests.jax_support.default_gpu_kernel``)."""
     args = on_gpu(*large_batch(bs=8, width=5, seed=1))
     assert "pallas_call[" in str(jax.make_jaxpr(lambda: scatter_req_token_ids(*args))())
-    # Under jit both are staged; lowering for CUDA keeps the kernel.
+    # Under jit every platform's choice is staged; lowering for CUDA keeps the GPU's kernel.
     hlo = jax.jit(scatter_fn(None)).lower(*args).as_text()
-    assert "triton" in hlo
+    if default_gpu_kernel("cuda", False) == "mosaic":
+        assert "@mosaic_gpu" in hlo and "triton" not in hlo
+    else:
+        assert "triton" in hlo and "@mosaic_gpu" not in hlo
 
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)

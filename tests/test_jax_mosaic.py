@@ -29,7 +29,8 @@ from kv_canary_jax.conformance import MosaicRunner  # noqa: E402
 from shared_spec import errors, scatter_reference  # noqa: E402
 from tests.contract import ScatterContract, assert_same_pool, assert_written_by_its_requests  # noqa: E402
 from tests.jax_support import (  # noqa: E402
-    check_donation_writes_in_place, check_unavailable_falls_through, check_vmap_over_pools_and_over_batches,
+    assert_one_bare_mosaic_call, check_donation_writes_in_place, check_unavailable_falls_through,
+    check_vmap_over_pools_and_over_batches, lower_for_cuda, run_clear_of_the_triton_lowering,
 )
 from tests.profiles import property_settings  # noqa: E402
 from tests.strategies import large_batch, sentinel_pool  # noqa: E402
@@ -277,11 +278,6 @@ def test_vmap_over_pools_and_over_batches():
 # -- lowering for CUDA (no GPU needed) ---------------------------------------------------------------
 
 
-def lower_for_cuda(f, *shapes, donate=True):
-    args = [jax.ShapeDtypeStruct(s, t) for s, t in shapes]
-    return jax.jit(f, donate_argnums=3 if donate else ()).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
-
-
 # The deprecated pallas_call entry lowers for Mosaic GPU on JAX 0.10 only: on
 # 0.11.2 (H200, 2026-11-30) its lowering rule is gone (AssertionError in
 # pallas_call.gpu_lowering). The kernel takes it only where pl.kernel is missing.
@@ -301,9 +297,7 @@ def test_lowers_for_cuda(monkeypatch, entry, n_tokens, bs, n_rows, width, block)
         monkeypatch.setattr(mosaic, "TARGET_PROGRAMS", 4)  # lanes striding over several tiles
     shapes = [((n_tokens,), jnp.int64), ((bs + 1,), jnp.int64), ((bs,), jnp.int64), ((n_rows, width), jnp.int32)]
     text = lower_for_cuda(functools.partial(mosaic.scatter, block=block), *shapes)
-    # One Mosaic GPU call, its result the donated pool's buffer (aliased in place).
-    assert text.count("stablehlo.custom_call @mosaic_gpu") == 1
-    assert "tf.aliasing_output = 0" in text
+    assert_one_bare_mosaic_call(text)
 
 
 @pytest.mark.parametrize("entry", ENTRIES)
@@ -333,8 +327,42 @@ def test_mosaic_is_selectable_and_interprets_anywhere():
 
 
 def test_default_order():
-    expected = ("mosaic", "pallas", "xla") if implementations.MOSAIC_IN_DEFAULT else ("pallas", "mosaic", "xla")
-    assert implementations.DEFAULT == expected
+    assert implementations.MOSAIC_IN_DEFAULT
+    assert implementations.DEFAULT == ("mosaic", "pallas", "xla")
+
+
+@pytest.mark.parametrize("capability", [(9, 0), (10, 0), (8, 0), (8, 9)])
+def test_the_default_per_compute_capability(monkeypatch, capability):
+    """Hopper and newer: Mosaic GPU first; older GPUs: the Triton-lowered kernel (XLA where JAX no longer has it)."""
+    monkeypatch.setattr(implementations, "gpu_capability", lambda: capability)
+    if capability >= implementations.MOSAIC_MIN_CAPABILITY:
+        expected = "mosaic"
+    else:
+        expected = "pallas" if implementations.pallas_triton_import_error() is None else "xla"
+    assert implementations.plan(None, "cuda", False) == ((None, expected),)
+    # Traced (no device yet): the GPU's choice as above, XLA on every other platform.
+    tpu = (("tpu", "mosaic_tpu"),) if implementations.MOSAIC_TPU_IN_DEFAULT else ()
+    assert implementations.plan(None, None, False) == (("cuda", expected), *tpu, (None, "xla"))
+
+
+def test_on_hopper_the_default_never_touches_the_triton_lowering():
+    """Capability 9.0 simulated, in a fresh process, DeprecationWarnings as errors: planning, lowering and running
+    the default never probe nor import Pallas' Triton lowering (JAX 0.11 warns on its import)."""
+    script = """
+import numpy as np
+import jax
+import jax.numpy as jnp
+from kv_canary_jax import implementations, scatter_req_token_ids
+implementations.gpu_capability = lambda: (9, 0)  # a Hopper GPU, as far as the choice goes
+assert implementations.plan(None, "cuda", False) == ((None, "mosaic"),), implementations.mosaic_import_error()
+assert dict(implementations.plan(None, None, False))["cuda"] == "mosaic"
+shapes = [jax.ShapeDtypeStruct(s, t) for s, t in (((50,), jnp.int64), ((4,), jnp.int64), ((3,), jnp.int64), ((4, 20), jnp.int32))]
+hlo = jax.jit(scatter_req_token_ids, donate_argnums=3).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
+assert "@mosaic_gpu" in hlo and "triton" not in hlo
+pool = scatter_req_token_ids(np.arange(4), np.array([0, 4]), np.array([1]), np.zeros((2, 4), np.int32))  # XLA, on the CPU
+print(np.asarray(pool).tolist())
+"""
+    assert run_clear_of_the_triton_lowering(script) == "[[0, 0, 0, 0], [0, 1, 2, 3]]"
 
 
 @pytest.mark.skipif(implementations.gpu_capability() is not None, reason="a GPU is here")

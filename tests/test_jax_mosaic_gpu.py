@@ -11,9 +11,6 @@ ones this JAX supports.
 from __future__ import annotations
 
 import functools
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -26,6 +23,7 @@ from kv_canary_jax import implementations, platforms  # noqa: E402
 from kv_canary_jax.api import scatter_req_token_ids  # noqa: E402
 from shared_spec import scatter_reference  # noqa: E402
 from tests.contract import assert_same_pool  # noqa: E402
+from tests.jax_support import run_clear_of_the_triton_lowering  # noqa: E402
 from tests.profiles import property_settings  # noqa: E402
 from tests.strategies import batches, large_batch, sentinel_pool  # noqa: E402
 
@@ -83,8 +81,8 @@ def test_it_is_the_mosaic_kernel(entry):
     args = on_gpu(*large_batch(bs=8, width=300, seed=1))
     hlo = jax.jit(scatter_fn()).lower(*args).as_text()
     assert "mosaic_gpu" in hlo and "triton" not in hlo
-    if implementations.MOSAIC_IN_DEFAULT:
-        assert "mosaic_gpu" in jax.jit(lambda *a: scatter_req_token_ids(*a)).lower(*args).as_text()
+    default = jax.jit(lambda *a: scatter_req_token_ids(*a)).lower(*args).as_text()  # the default on Hopper and newer
+    assert "mosaic_gpu" in default and "triton" not in default
 
 
 def test_both_entries_agree_with_the_reference(entry):
@@ -190,30 +188,29 @@ def test_every_tile_cap_is_exact(block, seed):
     assert_same_pool(np.asarray(out), scatter_reference(*batch))
 
 
-@pytest.mark.skipif(not implementations.MOSAIC_IN_DEFAULT, reason="the default does not try Mosaic GPU")
 def test_the_default_on_hopper_is_mosaic_and_warns_of_nothing():
-    # A fresh process, every warning recorded: eager and jitted calls of the default
-    # must run the Mosaic GPU kernel and never touch Pallas' deprecated Triton lowering.
-    script = textwrap.dedent(
-        """
-        import sys, warnings
-        import numpy as np
-        import jax
-        jax.config.update("jax_enable_x64", True)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            from kv_canary_jax import scatter_req_token_ids
-            args = (np.arange(4), np.array([0, 4]), np.array([1]), np.zeros((2, 4), np.int32))
-            eager = scatter_req_token_ids(*args)
-            jitted = jax.jit(scatter_req_token_ids)(*args)
-            hlo = jax.jit(scatter_req_token_ids).lower(*args).as_text()
-        deprecations = [f"{w.category.__name__}: {w.message}" for w in caught if issubclass(w.category, DeprecationWarning)]
-        assert not deprecations, deprecations
-        assert "jax.experimental.pallas.triton" not in sys.modules, "the Triton lowering was imported"
-        assert "mosaic_gpu" in hlo, hlo
-        print(np.asarray(eager).tolist(), np.asarray(jitted).tolist())
-        """
-    )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert done.stdout.strip() == "[[0, 0, 0, 0], [0, 1, 2, 3]] [[0, 0, 0, 0], [0, 1, 2, 3]]"
+    """A fresh process with DeprecationWarnings as errors: the default, eager, jitted and donated, runs Mosaic GPU.
+
+    A fresh process because other tests in this one import the Triton
+    lowering. It is never probed (its import is what warns on JAX 0.11), and
+    the results are the reference's.
+    """
+    script = """
+import numpy as np
+import jax
+from kv_canary_jax import implementations, platforms, scatter_req_token_ids
+from shared_spec import scatter_reference
+gpu = platforms.gpu_device()
+host = (np.arange(10, 16), np.array([0, 4, 6]), np.array([1, 0]), np.full((3, 5), -1, np.int32))
+on_gpu = lambda: [jax.device_put(a, gpu) for a in host]
+assert implementations.plan(None, "cuda", False) == ((None, "mosaic"),), implementations.mosaic_import_error()
+eager = scatter_req_token_ids(*on_gpu())
+jitted = jax.jit(scatter_req_token_ids)(*on_gpu())
+donated = jax.jit(scatter_req_token_ids, donate_argnums=3)(*on_gpu())
+hlo = jax.jit(scatter_req_token_ids).lower(*on_gpu()).as_text()
+assert "@mosaic_gpu" in hlo and "triton" not in hlo, "the default did not lower to the Mosaic GPU kernel"
+for out in (eager, jitted, donated):
+    np.testing.assert_array_equal(np.asarray(out), scatter_reference(*host))
+print(np.asarray(eager).tolist())
+"""
+    assert run_clear_of_the_triton_lowering(script) == "[[14, 15, -1, -1, -1], [10, 11, 12, 13, -1], [-1, -1, -1, -1, -1]]"

@@ -1,0 +1,247 @@
+"""``python -m kv_canary.bench_step``: what the scatter adds to a jitted step like a server's, per JAX implementation.
+
+Contract: ``main(argv) -> int`` parses the flags below and returns ``run(args)``:
+0 when every result agrees with ``shared_spec.reference.scatter_reference``, 1
+(after saying which disagreed, on stderr) when one does not. It prints a
+markdown table, or with ``--json`` one JSON object (``meta``, ``rows``,
+``default``), on stdout; progress goes to stderr. Needs JAX only (it never
+imports torch). Without a GPU it runs on the CPU, where only XLA runs: how the
+tests run it. It enables x64 for its own process (the command's choice; the
+library never sets it).
+
+The step: ``MATMULS`` bf16 ``SIZE x SIZE`` matmuls in a chain (each feeds the
+next, so XLA keeps every one; the model's work of a decode step) and, in the
+step *with* the scatter, ``scatter_req_token_ids`` of one batch
+(``kv_canary.bench.make_inputs``: sglang's inputs) into the donated pool, all
+in one ``jax.jit``; the step *without* it takes the same arguments and returns
+the donated pool untouched. Each step is synced (``block_until_ready``), as a
+server syncs to sample. With ``--fresh-inputs`` every step also copies the
+batch's host arrays to the device first (both steps alike), as a server does
+with each new batch, so a changed buffer address (which makes XLA re-record
+its command buffer) is part of what is timed.
+
+Method: per case, one step without the scatter and one with it per
+implementation (``--impl``, default every one of ``mosaic``, ``pallas``,
+``xla`` that runs here, and ``default``: ``implementation=None``, reported with
+the name it resolves to). Each is compiled and run ``--warmup`` times, its
+pool checked against the reference, then timed in ``--rounds`` interleaved
+rounds: every round times every step of the case ``--steps`` times back to
+back (the order rotated by one each round, so that no step always runs first)
+and keeps each step's median time. The marginal cost of an implementation is,
+per round, its step's median minus the step without the scatter; reported as
+the median over rounds with the quartiles and the range of those per-round
+differences (a drift of the machine moves both steps of a round alike). The
+pools are checked again at the end.
+
+Flags: ``--case BSxSEQ[r][a]`` (repeatable; ``kv_canary.bench.parse_case``:
+``r`` ragged lengths, ``a`` rows ``seq`` wide), ``--impl NAME`` (repeatable:
+``mosaic``, ``pallas``, ``xla``, ``default``), ``--rounds N``, ``--steps N``,
+``--warmup N``, ``--size N`` (matmul side), ``--matmuls N``,
+``--fresh-inputs``, ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from kv_canary.bench import make_inputs, parse_case
+
+# sglang-like batches: a decode-heavy large batch, a mid prefill, a ragged mix, many short rows.
+CASES = ("64x8192", "256x2048", "256x8192r", "4096x512")
+IMPLEMENTATIONS = ("mosaic", "pallas", "xla")
+DEFAULT = "default"  # implementation=None, reported with the name it resolves to
+# A server step's model work: four bf16 2048 x 2048 matmuls (the ruling's step).
+SIZE, MATMULS = 2048, 4
+ROUNDS, STEPS, WARMUP = 7, 50, 10
+
+
+@dataclasses.dataclass
+class Step:
+    """One jitted step of one case: ``implementation`` None for the step without the scatter."""
+
+    label: str
+    implementation: str | None
+    fn: object
+    args: tuple  # (x, w, flat_in, offsets, rows): device arrays, or host ones re-copied each step (fresh inputs)
+    pool: object
+    fresh: bool
+
+    def __call__(self) -> None:
+        import jax
+
+        x, w, *batch = self.args
+        if self.fresh:
+            batch = [jax.device_put(a) for a in batch]
+        h, self.pool = self.fn(x, w, *batch, self.pool)
+        jax.block_until_ready((h, self.pool))
+
+
+def make_step(implementation: str | None, matmuls: int):
+    """The jitted step (see the module docstring): ``(x, w, flat_in, offsets, rows, pool) -> (h, pool)``, pool donated.
+
+    ``implementation`` None: no scatter. ``DEFAULT``: ``implementation=None``.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from kv_canary_jax import scatter_req_token_ids
+
+    def step(x, w, flat_in, offsets, rows, pool):
+        h = x
+        for _ in range(matmuls):  # a chain: each matmul needs the one before
+            h = jnp.dot(h, w, preferred_element_type=jnp.bfloat16)
+        if implementation is not None:
+            choice = None if implementation == DEFAULT else implementation
+            pool = scatter_req_token_ids(flat_in, offsets, rows, pool, implementation=choice)
+        return h, pool
+
+    return jax.jit(step, donate_argnums=5)
+
+
+def default_name() -> str:
+    """What ``implementation=None`` runs on JAX's default platform here."""
+    from kv_canary_jax import implementations, platforms
+
+    ((_, name),) = implementations.plan(None, platforms.default_platform(), False)
+    return name
+
+
+def interleaved_samples(runs: dict, timer, rounds: int) -> dict:
+    """``{name: [timer(run) per round]}``: every round times every run once, each round starting one run later."""
+    names = list(runs)
+    samples: dict = {name: [] for name in names}
+    for k in range(rounds):
+        for name in names[k % len(names):] + names[:k % len(names)]:
+            samples[name].append(timer(runs[name]))
+    return samples
+
+
+def median_step_us(step: Step, steps: int) -> float:
+    """The median wall time of ``steps`` synced calls of ``step``, in microseconds."""
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
+
+
+def spread(values: list[float]) -> dict:
+    """``median``, quartiles ``q1``/``q3`` and ``min``/``max`` of per-round figures."""
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else (values[0],) * 3
+    return {"median": statistics.median(values), "q1": q1, "q3": q3, "min": min(values), "max": max(values)}
+
+
+def agrees(step: Step, expected) -> bool:
+    return np.array_equal(np.asarray(step.pool), expected)
+
+
+def run_case(case: str, implementations, args) -> tuple[list[dict], list[str]]:
+    """The rows of one case (one per implementation) and the labels of those that disagreed with the reference."""
+    import jax
+    import jax.numpy as jnp
+
+    from shared_spec.reference import scatter_reference
+
+    bs, seq, ragged, aligned = parse_case(case)
+    host = make_inputs(bs, seq, ragged, aligned=aligned)
+    expected = scatter_reference(*host)
+    key_x, key_w = jax.random.split(jax.random.key(0))
+    x = jax.random.normal(key_x, (args.size, args.size), jnp.bfloat16)
+    w = jax.random.normal(key_w, (args.size, args.size), jnp.bfloat16) / np.sqrt(args.size)  # keeps h bounded
+    batch = tuple(host[:3]) if args.fresh_inputs else tuple(jax.device_put(a) for a in host[:3])
+    steps = {
+        label: Step(label, impl, make_step(impl, args.matmuls), (x, w, *batch), jax.device_put(host[3]), args.fresh_inputs)
+        for label, impl in [("without", None)] + [(i, i) for i in implementations]
+    }
+    for step in steps.values():
+        for _ in range(max(1, args.warmup)):
+            step()
+    failed = [label for label, step in steps.items() if step.implementation and not agrees(step, expected)]
+    samples = interleaved_samples(steps, lambda step: median_step_us(step, args.steps), args.rounds)
+    failed += [label for label, step in steps.items() if step.implementation and not agrees(step, expected)]
+    without = samples["without"]
+    rows = []
+    for label in implementations:
+        marginal = [with_ - without_ for with_, without_ in zip(samples[label], without)]
+        rows.append({
+            "case": case, "tokens": int(host[0].shape[0]), "implementation": label,
+            "runs": default_name() if label == DEFAULT else label,
+            "step_without_us": statistics.median(without), "step_with_us": statistics.median(samples[label]),
+            "marginal_us": spread(marginal),
+        })
+    return rows, sorted(set(failed))
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| case | tokens | implementation | step without us | step with us | marginal us (median) "
+            "| marginal IQR us | marginal min-max us |")
+    lines = [head, "|" + "---|" * 8]
+    for r in rows:
+        m = r["marginal_us"]
+        name = r["implementation"] if r["implementation"] != DEFAULT else f"default ({r['runs']})"
+        lines.append(
+            f"| {r['case']} | {r['tokens']} | {name} | {r['step_without_us']:.1f} | {r['step_with_us']:.1f} "
+            f"| {m['median']:.1f} | {m['q1']:.1f} to {m['q3']:.1f} | {m['min']:.1f} to {m['max']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m kv_canary.bench_step", description=__doc__.splitlines()[0])
+    ap.add_argument("--case", action="append", help=f"BSxSEQ[r][a], repeatable (default: {' '.join(CASES)})")
+    ap.add_argument("--impl", action="append", choices=(*IMPLEMENTATIONS, DEFAULT),
+                    help="repeatable (default: every one that runs here, and default)")
+    ap.add_argument("--rounds", type=int, default=ROUNDS)
+    ap.add_argument("--steps", type=int, default=STEPS, help="timed steps per step and round")
+    ap.add_argument("--warmup", type=int, default=WARMUP)
+    ap.add_argument("--size", type=int, default=SIZE, help="side of the bf16 matmuls")
+    ap.add_argument("--matmuls", type=int, default=MATMULS)
+    ap.add_argument("--fresh-inputs", action="store_true", help="copy the batch to the device before every step")
+    ap.add_argument("--json", action="store_true")
+    return ap
+
+
+def run(args) -> int:
+    """The bench for parsed ``args`` (see the module docstring); 1 if a result disagreed with the reference."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    from kv_canary_jax import available_implementations
+
+    implementations = args.impl or [i for i in IMPLEMENTATIONS if i in available_implementations()] + [DEFAULT]
+    meta = {"python": platform.python_version(), "jax": jax.__version__, "device": jax.devices()[0].device_kind,
+            "size": args.size, "matmuls": args.matmuls, "rounds": args.rounds, "steps": args.steps,
+            "fresh_inputs": args.fresh_inputs}
+    rows, failed = [], []
+    for case in args.case or CASES:
+        case_rows, case_failed = run_case(case, implementations, args)
+        rows += case_rows
+        failed += [f"{case} {label}" for label in case_failed]
+        for r in case_rows:
+            print(f"{case} {r['implementation']}: marginal {r['marginal_us']['median']:.1f} us", file=sys.stderr, flush=True)
+    default = next((r["runs"] for r in rows if r["implementation"] == DEFAULT), None)
+    if args.json:
+        print(json.dumps({"meta": meta, "rows": rows, "default": default}, indent=1))
+    else:
+        print(", ".join(f"{k} {v}" for k, v in meta.items()) + "\n\n" + table(rows))
+    if failed:
+        print("disagrees with the reference: " + ", ".join(failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv=None) -> int:
+    return run(parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""``python -m kv_canary.bench_step``: the scatter's marginal cost in a server-like jitted step.
+
+On the CPU the bench runs its whole path on tiny shapes with XLA (and the
+default, which is XLA here); the GPU test runs every implementation there.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("jax")
+
+from kv_canary import bench_step  # noqa: E402
+from kv_canary_jax import available_implementations, platforms  # noqa: E402
+from tests.jax_support import default_gpu_kernel  # noqa: E402
+
+TINY = ["--rounds", "3", "--steps", "2", "--warmup", "1", "--size", "32", "--json"]
+
+
+def test_every_implementation_gets_a_marginal_cost_with_its_spread(capsys):
+    assert bench_step.main(["--impl", "xla", "--impl", "default", "--case", "3x40", "--case", "2x16ra", *TINY]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [(r["case"], r["implementation"]) for r in out["rows"]] == [
+        ("3x40", "xla"), ("3x40", "default"), ("2x16ra", "xla"), ("2x16ra", "default"),
+    ]
+    assert out["default"] == bench_step.default_name() == "xla"
+    for row in out["rows"]:
+        m = row["marginal_us"]
+        assert m["min"] <= m["q1"] <= m["median"] <= m["q3"] <= m["max"]
+        assert row["step_without_us"] > 0 and row["step_with_us"] > 0
+    assert out["rows"][0]["tokens"] == 120 and out["meta"]["rounds"] == 3
+
+
+def test_fresh_inputs_are_copied_every_step(capsys):
+    assert bench_step.main(["--impl", "xla", "--case", "2x16", "--fresh-inputs", *TINY]) == 0
+    assert json.loads(capsys.readouterr().out)["meta"]["fresh_inputs"] is True
+
+
+def test_a_result_that_disagrees_with_the_reference_fails(monkeypatch, capsys):
+    import kv_canary_jax
+
+    monkeypatch.setattr(kv_canary_jax, "scatter_req_token_ids", lambda f, o, r, pool, **kw: pool)  # writes nothing
+    assert bench_step.main(["--impl", "xla", "--case", "2x16", *TINY]) == 1
+    assert "disagrees with the reference: 2x16 xla" in capsys.readouterr().err
+
+
+def test_rounds_interleave_every_run_starting_one_later_each_round():
+    order = []
+    runs = {"without": "a", "mosaic": "b", "xla": "c"}
+    samples = bench_step.interleaved_samples(runs, lambda run: order.append(run) or len(order), 3)
+    assert "".join(order) == "abc" "bca" "cab"
+    assert samples == {"without": [1, 6, 8], "mosaic": [2, 4, 9], "xla": [3, 5, 7]}
+
+
+def test_spread_of_per_round_figures():
+    assert bench_step.spread([5.0, 1.0, 3.0, 2.0, 4.0]) == {"median": 3.0, "q1": 2.0, "q3": 4.0, "min": 1.0, "max": 5.0}
+    assert bench_step.spread([7.0]) == {"median": 7.0, "q1": 7.0, "q3": 7.0, "min": 7.0, "max": 7.0}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(platforms.gpu_device() is None, reason="JAX sees no CUDA GPU")
+def test_on_a_gpu_every_implementation_runs_and_the_default_is_the_gpu_kernel(capsys):
+    assert bench_step.main(["--case", "64x512", "--case", "8x2048r", *TINY]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["default"] == default_gpu_kernel("cuda", False)
+    expected = {i for i in bench_step.IMPLEMENTATIONS if i in available_implementations()} | {bench_step.DEFAULT}
+    assert {r["implementation"] for r in out["rows"]} == expected
