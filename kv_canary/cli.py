@@ -271,6 +271,12 @@ def bench(args) -> int:
     from kv_canary.matrix import BROKEN_FRAMEWORK, missing_framework
     from kv_canary.platform import installed
 
+    if args.step:  # JAX alone: what the scatter adds to a jitted step like a server's (kv_canary.bench_step)
+        if not installed("jax"):
+            return nothing_ran(args, missing_framework("jax"))
+        from kv_canary import bench_step
+
+        return bench_step.main(["--json"] if args.json else [])
     if not args.no_jax and installed("jax"):
         from kv_canary import bench as bench_module
 
@@ -342,6 +348,8 @@ def parser() -> argparse.ArgumentParser:
     p_bench.add_argument("--quick", action="store_true", help="only cases of at most 2M tokens")
     p_bench.add_argument("--no-jax", action="store_true", help="torch backends only")
     p_bench.add_argument("--host", action="store_true", help="only the torch launcher's host time in the serving pattern (seconds)")
+    p_bench.add_argument("--step", action="store_true",
+                         help="only JAX: the scatter's marginal cost in a jitted step like a server's, per implementation (minutes)")
     p_bench.add_argument("-q", "--quiet", action="store_true", help="no status lines on stderr")
     p_bench.set_defaults(func=bench, parser=p_bench)
     return top
