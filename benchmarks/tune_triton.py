@@ -347,7 +347,8 @@ def launch_library(flat_in, offsets, rows, pool, block, warps):
     k.scatter_req_token_ids_kernel[(bs, lanes)](
         flat_in, offsets, rows, pool, n_tokens, n_rows, width, flat_in.stride(0), offsets.stride(0), rows.stride(0),
         pool.stride(0), pool.stride(1), BLOCK=block, WIDE=wide, STREAM=False,
-        UNIT=flat_in.stride(0) == 1 and pool.stride(1) == 1, num_warps=warps,
+        UNIT=flat_in.stride(0) == 1 and pool.stride(1) == 1, DENSE=offsets.stride(0) == 1 and rows.stride(0) == 1,
+        num_warps=warps,
     )
 
 
@@ -379,7 +380,7 @@ def launch_tiled(flat_in, offsets, rows, pool, block, warps):
     # The library's tiled kernel (kv_canary_torch.triton_kernel), which came out of this sweep.
     k.scatter_req_token_ids_tiled_kernel[(bs, tiles)](
         flat_in, offsets, rows, pool, n_tokens, n_rows, width, offsets.stride(0), rows.stride(0), pool.stride(0),
-        BLOCK=block, num_warps=warps,
+        BLOCK=block, DENSE=offsets.stride(0) == 1 and rows.stride(0) == 1, num_warps=warps,
     )
 
 

@@ -50,9 +50,10 @@ def boundary_sizes():
     for width in around(launch_plan.TILED_MIN_TILES * large) + around((launch_plan.TILED_MIN_TILES - 1) * large):
         out += [(64, 64 * width, 65, width, width + 1, 1, 1, 1, 1), (64, 64 * width, 65, width, width, 1, 2, 1, 1),
                 (64, 64 * width, 65, width, width * 3, 3, 1, 1, 1)]  # the tiled kernel's window; flat or columns strided
-    for bs in (10, 100, 1000):  # idleness: bs * tiles against TILED_IDLE * (cdiv(N, BLOCK) + bs)
-        for n in around(bs * large * 2) + around(bs) + [bs * 4, bs * 7]:
-            out.append((bs, n, bs + 1, 10 * large + 1, 10 * large + 1, 1, 1, 1, 1))
+    for bs in (10, 100, 1000):  # a full batch: 100 * N against TILED_FILL * bs * min(C, N)
+        width = 10 * large + 1
+        for n in around(launch_plan.TILED_FILL * bs * width // 100) + around(bs * width) + [bs, bs * 7]:
+            out.append((bs, n, bs + 1, width, width, 1, 1, 1, 1))
     for width in around((launch_plan.GRID_AXIS_1 - 1) * large):  # grid axis 1: tiles == cdiv(window, BLOCK) + 1
         out.append((1, width, 2, width, width, 1, 1, 1, 1))
     for width, stride in ((INT32_END // 2, 2), (INT32_END - 1, 1), (INT32_END // 3, 3), (INT32_END - small, 1)):
@@ -98,6 +99,7 @@ def test_the_twin_takes_the_rules_numbers(c_module, monkeypatch):
     monkeypatch.setattr(launch_plan, "LARGE", (16, 4, 4096, False))
     monkeypatch.setattr(launch_plan, "SMALL_CELLS", -1)
     monkeypatch.setattr(launch_plan, "TILED_MIN_TILES", 0)
+    monkeypatch.setattr(launch_plan, "TILED_FILL", 0)
     for sizes in itertools.product((1, 7, 300), (1, 50, 4000), (3,), (1, 33, 100)):
         full = (*sizes[:3], sizes[3], sizes[3], 1, 1, 1, 1)
         assert_twins(c_module, full)

@@ -133,7 +133,7 @@ def test_a_changed_rule_reconfigures_the_call_path_before_remembering(rememberin
     _, memo, _ = remembering
     configured = []
     monkeypatch.setattr(dispatch, "_configure", lambda c, reader: configured.append(launch_plan.rule()))
-    monkeypatch.setattr(launch_plan, "TILED_IDLE", launch_plan.TILED_IDLE + 1)
+    monkeypatch.setattr(launch_plan, "TILED_FILL", launch_plan.TILED_FILL + 1)
     flat_in, offsets, rows, pool = arguments()
     call(flat_in, offsets, rows, pool, backend="triton")
     assert configured == [launch_plan.rule()]

@@ -37,7 +37,7 @@ for int_type in ("i32", "i64"):
         multiplies = {}
         for wide, unit in ((False, False), (True, False), (False, True), (True, True)):
             source = ASTSource(fn=k.scatter_req_token_ids_kernel, signature=signature,
-                               constexprs=dict(zip(launch.LANES_CONSTEXPRS, (block, wide, stream, unit))))
+                               constexprs=dict(zip(launch.LANES_CONSTEXPRS, (block, wide, stream, unit, True))))
             compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
             ptx = compiled.asm["ptx"]
             assert "st.global" in ptx
@@ -49,11 +49,11 @@ for int_type in ("i32", "i64"):
 tiled_ints = ("n_tokens", "n_rows", "width", "offsets_stride", "rows_stride", "stride_row")
 for int_type in ("i32", "i64"):
     signature = dict(flat_in_ptr="*i64", offsets_ptr="*i64", rows_ptr="*i64", pool_ptr="*i32",
-                     **{name: int_type for name in tiled_ints}, BLOCK="constexpr")
+                     **{name: int_type for name in tiled_ints}, BLOCK="constexpr", DENSE="constexpr")
     block, warps = launch.LARGE[0], launch.TILED_WARPS
     aligned = {(3,): [["tt.divisibility", 16]]}  # the pool pointer 16-byte aligned, as Triton specializes it
-    source = ASTSource(fn=k.scatter_req_token_ids_tiled_kernel, signature=signature, constexprs={"BLOCK": block},
-                       attrs=aligned)
+    source = ASTSource(fn=k.scatter_req_token_ids_tiled_kernel, signature=signature,
+                       constexprs={"BLOCK": block, "DENSE": True}, attrs=aligned)
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
     ptx = compiled.asm["ptx"]
     # Interior and edge tiles store 16-byte vectors; the one scalar store is the edge tiles' <= 6 end cells.

@@ -37,7 +37,7 @@ def run_kernel(batch, shape, wide):
     lanes = min(-(-min(width, n_tokens) // block), -(-target // bs))
     dispatch.kernel_module().scatter_req_token_ids_kernel[(bs, lanes)](
         flat_in, offsets, rows, pool, n_tokens, n_rows, width, 1, 1, 1, pool.stride(0), pool.stride(1),
-        BLOCK=block, WIDE=wide, STREAM=stream, UNIT=pool.stride(1) == 1, num_warps=warps,
+        BLOCK=block, WIDE=wide, STREAM=stream, UNIT=pool.stride(1) == 1, DENSE=True, num_warps=warps,
     )
     return pool.cpu().numpy()
 

@@ -31,7 +31,7 @@ def small_tiles(monkeypatch):
     """Every contiguous batch launches the tiled kernel, with BLOCK-column tiles; no plan or fast-path entry survives the test."""
     monkeypatch.setattr(launch_plan, "LARGE", (BLOCK, 4, 4096, False))
     monkeypatch.setattr(launch_plan, "SMALL_CELLS", -1)
-    monkeypatch.setattr(launch_plan, "TILED_IDLE", 10**9)
+    monkeypatch.setattr(launch_plan, "TILED_FILL", 0)
     monkeypatch.setattr(launch_plan, "TILED_MIN_TILES", 0)
     dispatch.forget()
     yield
@@ -81,21 +81,30 @@ def test_the_conformance_cases(small_tiles):
 
 
 @pytest.mark.parametrize(
-    "flat_stride, stride_col, bs, tiles, token_tiles, expected",
+    "flat_stride, stride_col, bs, n_tokens, width, expected",
     [
-        (1, 1, 256, 10, 2048 + 256, True),  # sglang's 256 x 8192: a tile per program, nearly all busy
-        (1, 1, 64, 5, 256 + 64, True),  # 64 x 4096: windows of 4 tiles, the least that takes it
-        (1, 1, 1024, 4, 2048 + 1024, False),  # 1024 x 2048 (rows 2049 wide): windows of at most 3 tiles
-        (1, 1, 4096, 2, 2048 + 4096, False),  # 4096 x 512: windows within one tile
-        (2, 1, 256, 10, 2048 + 256, False),  # flat_in strided
-        (1, 3, 256, 10, 2048 + 256, False),  # pool columns strided
-        (1, 1, 4096, 10, 4 + 4096, False),  # decode: one token per request on a wide pool
-        (1, 1, 1, launch_plan.GRID_AXIS_1 + 1, launch_plan.GRID_AXIS_1, False),  # past CUDA's grid axis 1
+        (1, 1, 256, 256 * 8192, 8193, True),  # sglang's 256 x 8192: full windows of 9 tiles
+        (1, 1, 64, 64 * 4096, 4097, True),  # 64 x 4096: windows of 5 tiles, past the 4 that take it
+        (1, 1, 64, 64 * 3073, 3073, True),  # windows of 3 tiles and one cell: 4 tiles, the least that takes it
+        (1, 1, 64, 64 * 3072, 3072, False),  # windows of exactly 3 tiles
+        (1, 1, 1024, 1024 * 2048, 2049, False),  # 1024 x 2048 (rows 2049 wide): windows of at most 3 tiles
+        (1, 1, 4096, 4096 * 512, 513, False),  # 4096 x 512: windows within one tile
+        (2, 1, 256, 256 * 8192, 8193, False),  # flat_in strided
+        (1, 3, 256, 256 * 8192, 8193, False),  # pool columns strided
+        (1, 1, 256, 1093232, 8193, False),  # ragged 256 x 8192: the batch fills 52% of its windows
+        (1, 1, 256, 256 * 8193 * 3 // 4, 8193, True),  # 75%: the least that takes it
+        (1, 1, 256, 256 * 8193 * 3 // 4 - 1, 8193, False),
+        (1, 1, 4096, 4096, 8193, False),  # decode: one token per request on a wide pool
+        (1, 1, 1, 2**26, 2**26, False),  # a window of 65536 tiles: past CUDA's grid axis 1
     ],
 )
-def test_when_the_tiled_kernel_runs(flat_stride, stride_col, bs, tiles, token_tiles, expected):
-    assert launch_plan.tiled(launch_plan.LARGE, flat_stride, stride_col, bs, tiles, token_tiles) is expected
-    assert not launch_plan.tiled(launch_plan.SMALL, flat_stride, stride_col, bs, tiles, token_tiles)
+def test_when_the_tiled_kernel_runs(flat_stride, stride_col, bs, n_tokens, width, expected):
+    window = min(width, n_tokens)
+    tiles = -(-window // launch_plan.LARGE[0]) + 1
+    assert launch_plan.tiled(launch_plan.LARGE, flat_stride, stride_col, bs, n_tokens, window, tiles) is expected
+    assert not launch_plan.tiled(launch_plan.SMALL, flat_stride, stride_col, bs, n_tokens, window, tiles)
+    plan = launch_plan.plan(bs, n_tokens, bs + 1, width, width * stride_col, stride_col, flat_stride, 1, 1, 0)
+    assert (plan.kernel == launch_plan.TILED) is expected
 
 
 def test_every_window_length_at_every_row_alignment(small_tiles):

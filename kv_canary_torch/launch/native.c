@@ -279,7 +279,7 @@ static PyObject *pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 /* The launch rule: the twin of kv_canary_torch/launch/plan.py's plan(), over its numbers (plan.rule()). */
 
 typedef struct {
-    int64_t small_cells, small_block, large_block, target, tiled_min_tiles, tiled_idle, grid_axis_1;
+    int64_t small_cells, small_block, large_block, target, tiled_min_tiles, tiled_fill, grid_axis_1;
 } Rule;
 
 typedef struct {
@@ -323,10 +323,11 @@ static void plan_launch(const Rule *rule, int64_t bs, int64_t n_tokens, int64_t 
     int large = (__int128)bs * window > rule->small_cells;
     int64_t block = large ? rule->large_block : rule->small_block;
     int64_t tiles = cdiv(window, block) + 1;
-    __int128 token_tiles = (__int128)cdiv(n_tokens, block) + bs;
+    /* 100 * N >= fill * bs * window, as bs * window <= floor(100 * N / fill): no product past 128 bits */
+    int full = rule->tiled_fill <= 0 || (__int128)bs * window <= (__int128)100 * n_tokens / rule->tiled_fill;
     int64_t *ints = out->ints;
-    if (flat_stride == 1 && stride_col == 1 && large && tiles - 1 >= rule->tiled_min_tiles &&
-        (__int128)bs * tiles <= (__int128)rule->tiled_idle * token_tiles && tiles <= rule->grid_axis_1) {
+    if (flat_stride == 1 && stride_col == 1 && large && tiles - 1 >= rule->tiled_min_tiles && full &&
+        tiles <= rule->grid_axis_1) {
         out->slot = TILED_SLOT;
         out->grid[1] = tiles;
         out->n_ints = 6;

@@ -17,17 +17,22 @@ Two kernels (``kv_canary_torch.triton_kernel``):
 - ``tiled`` (``scatter_req_token_ids_tiled_kernel``): where ``flat_in`` and
   the pool's columns are contiguous, the batch is large (the ``LARGE``
   shape's tiles, over ``TILED_WARPS`` warps), a window may span at least
-  ``TILED_MIN_TILES`` tiles (``cdiv(min(C, N), BLOCK)``), its grid ``(bs,
-  cdiv(min(C, N), BLOCK) + 1)`` has at most ``TILED_IDLE`` programs per tile
-  of tokens (``cdiv(N, BLOCK) + bs``; a decode batch of one token per
-  request on a wide pool does not pay a program per empty tile) and fits
-  CUDA's axis 1 (65535): one program per aligned tile, no loop, unmasked
-  16-byte stores inside windows;
+  ``TILED_MIN_TILES`` tiles (``cdiv(min(C, N), BLOCK)``), the batch is full
+  (``N`` at least ``TILED_FILL`` percent of ``bs * min(C, N)``, the cells its
+  grid ``(bs, cdiv(min(C, N), BLOCK) + 1)`` covers: a ragged, skewed or decode
+  batch leaves most of such a grid idle) and the grid fits CUDA's axis 1
+  (65535): one program per aligned tile, no loop, unmasked 16-byte stores
+  inside windows;
 - ``lanes`` (``scatter_req_token_ids_kernel``): everything else, any strides;
   compiled with ``UNIT`` (no stride multiply per element) where ``flat_in``
   and the pool's columns are contiguous, and ``WIDE`` (int64 column offsets)
   where a column index times a stride, or the last lane's tile, could pass
   2**31.
+
+Both kernels take ``DENSE`` where ``offsets`` and ``req_pool_indices`` are
+contiguous (every serving step's): no stride multiply before their loads.
+``UNIT`` and ``DENSE`` follow from strides, so they are fixed per argument
+signature and add no slot.
 
 Requests go on axis 0, which CUDA allows up to 2**31 - 1 (axes 1 and 2 stop
 at 65535), so there is no cap on ``bs`` below that. In the ``lanes`` kernel
@@ -84,18 +89,21 @@ TILED_WARPS = 2
 # 0.98, 1.03, chained 1.31 / 1.01; 1024 x 2048 0.95, 1.01 / 1.22 (an outlier),
 # 1.04, chained 1.15 / 1.03; 256 x 32768 0.94, 0.96 / 1.02, 1.02, chained 0.96 / 1.04.
 TILED_MIN_TILES = 4
-# The tiled kernel's grid may hold at most this many programs per tile of tokens
-# (cdiv(N, BLOCK) + bs: each request's first tile may be partial); past that
-# most of its programs would find nothing to copy and the lanes kernel, whose
-# grid follows the tokens, is launched instead.
-TILED_IDLE = 4
+# The tiled kernel only for full batches: N at least this percent of bs * min(C, N)
+# (the host knows N, bs and C without a sync). Measured on the H200 (ninth session,
+# tune_triton.py, ratio to the same-run baseline chained in CUDA graphs, tiled / lanes):
+# ragged 256 x 8192 (fill 0.52) 1.12 / 1.03, ragged 64 x 32768 (0.51) 1.17 / 1.05; full
+# 256 x 32768 0.96 / 1.04, 256 x 8192 1.01 / 1.01. Every batch this sends to the lanes
+# kernel has fewer tokens than a quarter of its tiled grid's cells, so this also bounds
+# the tiled grid's idle programs (it replaced a cap of 4 programs per tile of tokens).
+TILED_FILL = 75
 # CUDA's grid axis 1 (the tiled kernel's tiles per request) stops here.
 GRID_AXIS_1 = 65535
 INT32_END = 2**31
 TILED, LANES = "tiled", "lanes"
 # Each kernel's constexpr parameters, in the order of a plan's ``constexprs``.
-TILED_CONSTEXPRS = ("BLOCK",)
-LANES_CONSTEXPRS = ("BLOCK", "WIDE", "STREAM", "UNIT")
+TILED_CONSTEXPRS = ("BLOCK", "DENSE")
+LANES_CONSTEXPRS = ("BLOCK", "WIDE", "STREAM", "UNIT", "DENSE")
 # The variants one argument signature can need, by slot: the lanes kernel in the
 # SMALL and LARGE shapes, each narrow and WIDE, then the tiled kernel (device and
 # UNIT follow from the signature).
@@ -128,14 +136,14 @@ def launch_shape(bs: int, width: int, n_tokens: int) -> tuple[int, int, int, boo
     return SMALL if bs * longest_window(width, n_tokens) <= SMALL_CELLS else LARGE
 
 
-def tiled(shape, flat_stride: int, stride_col: int, bs: int, tiles: int, token_tiles: int) -> bool:
-    """Whether the tiled kernel runs (module docstring): contiguous, large, long windows, not too idle, within grid axis 1.
+def tiled(shape, flat_stride: int, stride_col: int, bs: int, n_tokens: int, window: int, tiles: int) -> bool:
+    """Whether the tiled kernel runs (module docstring): contiguous, large, long windows, a full batch, within grid axis 1.
 
-    ``tiles`` is its grid's axis 1, ``cdiv(min(C, N), BLOCK) + 1``; ``token_tiles`` is ``cdiv(N, BLOCK) + bs``.
+    ``window`` is ``min(C, N)``; ``tiles`` is its grid's axis 1, ``cdiv(window, BLOCK) + 1``.
     """
     return (
         flat_stride == 1 and stride_col == 1 and shape == LARGE and tiles - 1 >= TILED_MIN_TILES
-        and bs * tiles <= TILED_IDLE * token_tiles and tiles <= GRID_AXIS_1
+        and 100 * n_tokens >= TILED_FILL * bs * window and tiles <= GRID_AXIS_1
     )
 
 
@@ -147,15 +155,17 @@ def plan(bs, n_tokens, n_rows, width, stride_row, stride_col, flat_stride, offse
     shape = launch_shape(bs, width, n_tokens)
     block, _, target, stream = shape
     tiles = cdiv(window, block) + 1  # aligned tiles a window can meet
-    if tiled(shape, flat_stride, stride_col, bs, tiles, cdiv(n_tokens, block) + bs):
+    dense = offsets_stride == 1 and rows_stride == 1
+    if tiled(shape, flat_stride, stride_col, bs, n_tokens, window, tiles):
         shape = (block, TILED_WARPS, target, stream)
         ints = (n_tokens, n_rows, width, offsets_stride, rows_stride, stride_row)
-        return Plan((bs, tiles), ints, shape, (block,), (device, TILED, shape, (block,)), max(*ints, bs) < INT32_END,
+        constexprs = (block, dense)
+        return Plan((bs, tiles), ints, shape, constexprs, (device, TILED, shape, constexprs), max(*ints, bs) < INT32_END,
                     TILED, TILED_SLOT)
     lanes = min(cdiv(window, block), cdiv(target, bs))
     wide = width * max(stride_col, flat_stride, 1) >= INT32_END or width + lanes * block >= INT32_END
     ints = (n_tokens, n_rows, width, flat_stride, offsets_stride, rows_stride, stride_row, stride_col)
-    constexprs = (block, wide, stream, flat_stride == 1 and stride_col == 1)
+    constexprs = (block, wide, stream, flat_stride == 1 and stride_col == 1, dense)
     return Plan((bs, lanes), ints, shape, constexprs, (device, LANES, shape, constexprs), max(*ints, bs) < INT32_END,
                 LANES, 2 * (shape == LARGE) + wide)
 
@@ -167,4 +177,4 @@ def rule() -> tuple[int, ...]:
     """
     if SMALL[1:] != LARGE[1:] or SMALL[0] == LARGE[0] or SMALL[3]:  # the twin knows one warp count and target, no STREAM
         raise ValueError("the C launch rule takes SMALL and LARGE differing in BLOCK alone, STREAM off")
-    return (SMALL_CELLS, SMALL[0], LARGE[0], LARGE[2], TILED_MIN_TILES, TILED_IDLE, GRID_AXIS_1)
+    return (SMALL_CELLS, SMALL[0], LARGE[0], LARGE[2], TILED_MIN_TILES, TILED_FILL, GRID_AXIS_1)
