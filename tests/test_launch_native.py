@@ -203,8 +203,11 @@ def tensor_reader(tmp_path_factory):
     return tensor_meta.reader(tmp_path_factory.getbasetemp().parent / "kv-canary-native")
 
 
-def configure(c, memo, reader, hooks_idle=lambda: True, current_device=None):
-    c.configure(memo, torch.Tensor, hooks_idle, lambda device: STREAM, current_device, reader, launch_plan.rule())
+NO_HOOKS = SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
+
+
+def configure(c, memo, reader, hooks=NO_HOOKS, current_device=None):
+    c.configure(memo, torch.Tensor, hooks, lambda device: STREAM, current_device, reader, launch_plan.rule())
 
 
 @pytest.fixture
@@ -332,14 +335,64 @@ def test_what_the_call_path_declines(c_module, call_path):
     shifted = torch.zeros(1001, dtype=torch.int64)[1:]  # 8 bytes past a 16-byte boundary
     assert shifted.data_ptr() % 16 == 8 and c.signature("auto", shifted, *args[1:]) in memo
     assert c.planned("auto", shifted, *args[1:]) is None
-    configure(c, memo, c.reader, hooks_idle=lambda: False)  # a launch hook installed
+    configure(c, memo, c.reader, hooks=SimpleNamespace(launch_enter_hook=None, launch_exit_hook=print))  # a hook
     assert c.planned("auto", *args) is None
     configure(c, memo, c.reader, current_device=lambda: 1)  # device 1; the pool's is none
     assert c.planned("auto", *args) is None
     configure(c, memo, c.reader, current_device=lambda: -1)
     assert c.planned("auto", *args) is not None
     memo[c.signature("auto", *args)] = family[:-1]  # not a family of SLOTS
+    configure(c, memo, c.reader)  # (which forgets the family found last)
     assert c.planned("auto", *args) is None
+
+
+class Chain:  # Triton's HookChain: a hook is installed while its calls list is not empty
+    def __init__(self, *calls):
+        self.calls = list(calls)
+
+
+class Broken:
+    @property
+    def calls(self):
+        raise RuntimeError("unreadable")
+
+
+@pytest.mark.parametrize(
+    "enter, exit_",
+    [(None, None), (Chain(), Chain()), (Chain(print), Chain()), (Chain(), Chain(print)), (print, None), (None, print),
+     (Broken(), None), ("absent", "absent"), ("absent", Chain(print))],
+)
+def test_the_hook_test_is_the_launchers_twin(call_path, monkeypatch, enter, exit_):
+    from kv_canary_torch.launch import dispatch
+
+    c, memo = call_path
+    hooks = SimpleNamespace(**{name: hook for name, hook in (("launch_enter_hook", enter), ("launch_exit_hook", exit_))
+                               if hook != "absent"})
+    args = cpu_arguments()
+    memo[c.signature("auto", *args)] = [kernel(c, n_scratch=0)] + [None] * (launch_plan.SLOTS - 1)
+    configure(c, memo, c.reader, hooks=hooks)
+    monkeypatch.setattr(dispatch, "_runtime_knobs", hooks)
+    try:
+        idle = dispatch._hooks_idle()
+    except RuntimeError:  # the Python side lets an unreadable hook raise; the C side takes it for a hook
+        idle = False
+    assert (c.planned("auto", *args) is not None) is idle
+
+
+def test_the_last_family_found_is_kept_until_configure(call_path):
+    c, memo = call_path
+    args, other = cpu_arguments(), cpu_arguments(width=50)
+    family = [kernel(c, n_scratch=0)] + [None] * (launch_plan.SLOTS - 1)
+    memo[c.signature("auto", *args)] = family
+    memo[c.signature("auto", *other)] = list(family)
+    for _ in range(2):  # alternating signatures: each finds its own
+        assert c.planned("auto", *args)[0] is family[0] and c.planned("auto", *other)[0] is family[0]
+    assert c.planned("triton", *other) is None  # the same tensors, another backend: not the kept family
+    memo.clear()
+    assert c.planned("auto", *other) is not None  # kept: what the checks answered for it stays true
+    assert c.planned("auto", *args) is None
+    configure(c, memo, c.reader)
+    assert c.planned("auto", *other) is None
 
 
 def test_an_int_past_int32_is_declined(call_path):
@@ -364,9 +417,9 @@ def test_call_launches_nothing_without_a_driver(call_path):
 
 def test_the_call_path_needs_the_reader_and_the_rule(c_module, tensor_reader):
     with pytest.raises(ValueError):  # not the reader's capsule
-        c_module.configure({}, torch.Tensor, lambda: True, lambda d: 0, None, kernel(c_module), launch_plan.rule())
+        c_module.configure({}, torch.Tensor, NO_HOOKS, lambda d: 0, None, kernel(c_module), launch_plan.rule())
     with pytest.raises(TypeError):
-        c_module.configure({}, torch.Tensor, lambda: True, lambda d: 0, None, tensor_reader, (1, 2, 3))
+        c_module.configure({}, torch.Tensor, NO_HOOKS, lambda d: 0, None, tensor_reader, (1, 2, 3))
 
 
 def test_the_reader_loads_in_the_background(tensor_reader, tmp_path_factory, monkeypatch):

@@ -10,6 +10,8 @@ test_torch_gpu.py.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -67,7 +69,8 @@ def remembering(monkeypatch, tmp_path_factory):
     c = native.load_module(native.build(tmp_path_factory.mktemp("cache")))
     reader = tensor_meta.reader(tmp_path_factory.getbasetemp().parent / "kv-canary-native")
     memo, kernels, to_bind = {}, {}, []
-    c.configure(memo, torch.Tensor, lambda: True, lambda device: 0, None, reader, launch_plan.rule())
+    hooks = SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
+    c.configure(memo, torch.Tensor, hooks, lambda device: 0, None, reader, launch_plan.rule())
     monkeypatch.setattr(dispatch, "_signature", c.signature)
     monkeypatch.setattr(dispatch, "_memo", memo)
     monkeypatch.setattr(dispatch, "_kernels", kernels)

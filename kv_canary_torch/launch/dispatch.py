@@ -196,7 +196,8 @@ def _configure(c, reader) -> None:
     current_device = (getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device) if _several_devices() else None
     _memo.clear()
     _configured_rule = launch_plan.rule()
-    c.configure(_memo, torch.Tensor, _hooks_idle, _raw_stream, current_device, reader, _configured_rule)
+    _hooks_idle()  # looks up where Triton keeps its launch hooks, which the C twin of _hooks_idle reads
+    c.configure(_memo, torch.Tensor, _runtime_knobs, _raw_stream, current_device, reader, _configured_rule)
     _signature, call_bound = c.signature, c.call
 
 
@@ -223,13 +224,15 @@ def forget() -> None:
     _compiled.clear()
     _kernels.clear()
     _memo.clear()
+    if _reader is not None:  # the C call path's last family too
+        _configure(_c, _reader)
 
 
 _runtime_knobs = None  # triton.knobs.runtime (Triton >= 3.4), looked up once
 
 
 def _hooks_idle() -> bool:
-    """True when no Triton launch hook is installed (profilers install them)."""
+    """True when no Triton launch hook is installed (profilers install them); ``native.c``'s ``hooks_idle`` is its twin."""
     global _runtime_knobs
     if _runtime_knobs is None:
         import triton  # imported already: the kernel module was defined before any launch

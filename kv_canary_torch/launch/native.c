@@ -31,11 +31,12 @@
  *
  * The call path: a whole launcher call in C, for argument signatures that have passed the checked path before.
  *
- *   configure(memo, tensor_type, hooks_idle, raw_stream, current_device, reader, rule) -> None
+ *   configure(memo, tensor_type, hooks, raw_stream, current_device, reader, rule) -> None
  *       `memo` is a dict from signature (below) to a list of SLOTS entries, each None or a kernel of `bind`
  *       (the variants of plan.py's slots), which the caller fills after a call with that signature passed its
  *       checks and launched; `tensor_type` is the exact type the four arguments must have (torch.Tensor: no
- *       subclass, no other framework's array); `hooks_idle()` is true when no launch hook is installed;
+ *       subclass, no other framework's array); `hooks` holds Triton's launch hooks (`launch_enter_hook`,
+ *       `launch_exit_hook`: none is installed when each is absent, None or has an empty `calls`);
  *       `raw_stream(device)` is the device's current stream as an int; `current_device()` is the current
  *       device's index, or None where the process sees one device; `reader` is tensor_meta's READER capsule;
  *       `rule` is plan.rule().
@@ -56,7 +57,10 @@
  *       the lengths do not relate, the slot holds no kernel, an int or bs does not fit int32 (bs is grid
  *       axis 0), a pointer is not 16-byte aligned (the kernels' specialization), a hook is installed, the current
  *       device is not pool_out's, the driver is not loaded, or the thread has no CUDA context: the caller's
- *       checked path then runs. A driver refusal raises RuntimeError, as `launch` does.
+ *       checked path then runs. A driver refusal raises RuntimeError, as `launch` does. It keeps the last
+ *       signature the memo answered (until the next `configure`), so that a run of calls with one signature
+ *       builds and hashes no bytes: a family, once found, stays valid (the checks are functions of the
+ *       signature), and `configure` forgets it with the rule it was planned under.
  *   planned(backend, flat_in, offsets, req_pool_indices, pool_out) -> (kernel, grid, stream, pointers, ints) | None
  *       What `call` would launch, launching nothing (kernel None: nothing to write); None where `call` would
  *       return False: for tests.
@@ -73,6 +77,12 @@
 #include <string.h>
 
 #include "tensor_meta.h"
+
+#if PY_VERSION_HEX >= 0x030D0000
+#define get_optional_attr PyObject_GetOptionalAttr
+#else
+#define get_optional_attr _PyObject_LookupAttr /* the same function before Python 3.13 made it public */
+#endif
 
 typedef int CUresult;
 typedef void *CUfunction;
@@ -386,12 +396,17 @@ static PyObject *plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 
 
 /* The call path (see the contract at the top). */
-static PyObject *memo, *tensor_type, *hooks_idle, *raw_stream, *current_device;
+static PyObject *memo, *tensor_type, *hooks, *raw_stream, *current_device;
 static kv_tensor_meta_read reader;
 static Rule call_rule;
 static unsigned long long served_calls;
+static PyObject *s_enter, *s_exit, *s_calls;
 #define N_TENSORS 4
 enum { FLAT, OFFSETS, ROWS, POOL };
+/* The last signature the memo answered, kept so that a run of calls with one signature (a serving loop) skips
+ * building, hashing and looking up its bytes: its fixed metadata, backend and family (strong references). */
+static KvTensorMeta last_fixed[N_TENSORS];
+static PyObject *last_backend, *last_family;
 
 static PyObject *configure(PyObject *self, PyObject *args) {
     PyObject *m, *t, *h, *r, *d, *read, *rule_tuple;
@@ -399,60 +414,121 @@ static PyObject *configure(PyObject *self, PyObject *args) {
         return NULL;
     kv_tensor_meta_read chosen = (kv_tensor_meta_read)PyCapsule_GetPointer(read, KV_TENSOR_META_CAPSULE);
     if (chosen == NULL) return NULL;
-    if (!PyCallable_Check(h) || !PyCallable_Check(r) || (d != Py_None && !PyCallable_Check(d))) {
-        PyErr_SetString(PyExc_TypeError, "hooks_idle, raw_stream and current_device (or None) must be callable");
+    if (!PyCallable_Check(r) || (d != Py_None && !PyCallable_Check(d))) {
+        PyErr_SetString(PyExc_TypeError, "raw_stream and current_device (or None) must be callable");
         return NULL;
     }
     Rule rule;
     if (read_rule(rule_tuple, &rule) < 0) return NULL;
+    if (s_enter == NULL) {
+        s_enter = PyUnicode_InternFromString("launch_enter_hook");
+        s_exit = PyUnicode_InternFromString("launch_exit_hook");
+        s_calls = PyUnicode_InternFromString("calls");
+        if (s_enter == NULL || s_exit == NULL || s_calls == NULL) return NULL;
+    }
     Py_INCREF(m); Py_XSETREF(memo, m);
     Py_INCREF(t); Py_XSETREF(tensor_type, t);
-    Py_INCREF(h); Py_XSETREF(hooks_idle, h);
+    Py_INCREF(h); Py_XSETREF(hooks, h);
     Py_INCREF(r); Py_XSETREF(raw_stream, r);
     if (d == Py_None) Py_CLEAR(current_device);
     else { Py_INCREF(d); Py_XSETREF(current_device, d); }
     reader = chosen;
     call_rule = rule;
+    Py_CLEAR(last_backend);
+    Py_CLEAR(last_family);
     Py_RETURN_NONE;
 }
 
-/* The four arguments' metadata (args[1..4]) and their signature bytes: a new reference; NULL with an error set
- * only for a misuse (a wrong argument count, the call path unconfigured); NULL with none when the arguments have
- * no signature, an error from reading them cleared. */
-static PyObject *read_arguments(PyObject *const *args, Py_ssize_t nargs, KvTensorMeta *metas) {
+/* 1 when no launch hook is installed on `hooks` (each of launch_enter_hook and launch_exit_hook absent, None, or
+ * an object whose `calls` is empty), 0 otherwise or on an error (cleared): dispatch._hooks_idle's twin. */
+static int hooks_idle(void) {
+    PyObject *names[2] = {s_enter, s_exit};
+    for (int i = 0; i < 2; ++i) {
+        PyObject *hook, *calls;
+        if (get_optional_attr(hooks, names[i], &hook) < 0) goto busy;
+        if (hook == NULL || hook == Py_None) {
+            Py_XDECREF(hook);
+            continue;
+        }
+        int found = get_optional_attr(hook, s_calls, &calls);
+        Py_DECREF(hook);
+        if (found <= 0) goto busy; /* an error, or a bare function: a hook */
+        int some = PyObject_IsTrue(calls);
+        Py_DECREF(calls);
+        if (some != 0) goto busy;
+    }
+    return 1;
+busy:
+    PyErr_Clear();
+    return 0;
+}
+
+/* The four arguments' metadata (args[1..4]) and the part of it that stays fixed from step to step (`fixed`: data
+ * and the three lengths zeroed): 1; 0 when the arguments have no signature (an error from reading them cleared);
+ * -1 with an error set for a misuse (a wrong argument count, the call path unconfigured). */
+static int read_arguments(PyObject *const *args, Py_ssize_t nargs, KvTensorMeta *metas, KvTensorMeta *fixed) {
     if (nargs != 1 + N_TENSORS) {
         PyErr_Format(PyExc_TypeError, "expected backend and %d arguments, got %zd", N_TENSORS, nargs);
-        return NULL;
+        return -1;
     }
     if (memo == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the call path is not configured (configure)");
-        return NULL;
+        return -1;
     }
-    if (!PyUnicode_CheckExact(args[0])) return NULL;
+    if (!PyUnicode_CheckExact(args[0])) return 0;
     for (int i = 0; i < N_TENSORS; ++i)
-        if (Py_TYPE(args[1 + i]) != (PyTypeObject *)tensor_type || reader(args[1 + i], &metas[i]) != 1) return NULL;
-    Py_ssize_t n_backend;
-    const char *name = PyUnicode_AsUTF8AndSize(args[0], &n_backend);
-    if (name == NULL) {
-        PyErr_Clear(); /* a backend with no UTF-8 (a lone surrogate): no signature */
-        return NULL;
-    }
-    KvTensorMeta fixed[N_TENSORS];
-    memcpy(fixed, metas, sizeof fixed);
+        if (Py_TYPE(args[1 + i]) != (PyTypeObject *)tensor_type || reader(args[1 + i], &metas[i]) != 1) return 0;
+    memcpy(fixed, metas, sizeof(KvTensorMeta) * N_TENSORS);
     for (int i = 0; i < N_TENSORS; ++i) fixed[i].data = 0;
     fixed[FLAT].sizes[0] = fixed[OFFSETS].sizes[0] = fixed[ROWS].sizes[0] = 0; /* N, bs + 1, bs */
-    PyObject *sig = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sizeof fixed + n_backend);
+    return 1;
+}
+
+/* The signature bytes of `fixed` and `backend`; NULL with no error set when the backend has no UTF-8. */
+static PyObject *signature_bytes(PyObject *backend, const KvTensorMeta *fixed) {
+    Py_ssize_t n_backend;
+    const char *name = PyUnicode_AsUTF8AndSize(backend, &n_backend);
+    if (name == NULL) {
+        PyErr_Clear(); /* a lone surrogate: no signature */
+        return NULL;
+    }
+    size_t size = sizeof(KvTensorMeta) * N_TENSORS;
+    PyObject *sig = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size + n_backend);
     if (sig == NULL) return NULL;
-    memcpy(PyBytes_AS_STRING(sig), fixed, sizeof fixed);
-    memcpy(PyBytes_AS_STRING(sig) + sizeof fixed, name, (size_t)n_backend);
+    memcpy(PyBytes_AS_STRING(sig), fixed, size);
+    memcpy(PyBytes_AS_STRING(sig) + size, name, (size_t)n_backend);
     return sig;
 }
 
 static PyObject *signature(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    KvTensorMeta metas[N_TENSORS];
-    PyObject *sig = read_arguments(args, nargs, metas);
+    KvTensorMeta metas[N_TENSORS], fixed[N_TENSORS];
+    int found = read_arguments(args, nargs, metas, fixed);
+    if (found < 0) return NULL;
+    PyObject *sig = found ? signature_bytes(args[0], fixed) : NULL;
     if (sig != NULL || PyErr_Occurred()) return sig;
     Py_RETURN_NONE;
+}
+
+/* The memo's family for these arguments (borrowed; NULL, no error set, when there is none): the last one found if
+ * the signature is the same, else the memo's, which becomes the last one. */
+static PyObject *find_family(PyObject *backend, const KvTensorMeta *fixed) {
+    if (last_family != NULL && memcmp(fixed, last_fixed, sizeof last_fixed) == 0 &&
+        (backend == last_backend || PyUnicode_Compare(backend, last_backend) == 0))
+        return last_family;
+    PyObject *sig = signature_bytes(backend, fixed);
+    if (sig == NULL) return NULL;
+    PyObject *family = PyDict_GetItemWithError(memo, sig); /* borrowed */
+    Py_DECREF(sig);
+    if (family == NULL || !PyList_CheckExact(family) || PyList_GET_SIZE(family) != SLOTS) {
+        PyErr_Clear();
+        return NULL;
+    }
+    memcpy(last_fixed, fixed, sizeof last_fixed);
+    Py_INCREF(backend);
+    Py_XSETREF(last_backend, backend);
+    Py_INCREF(family);
+    Py_XSETREF(last_family, family);
+    return family;
 }
 
 /* What call() launches. */
@@ -466,16 +542,12 @@ typedef struct {
 /* 1 with *out set; 0 when call() launches nothing and must decline (no error set); -1 on an error that must
  * propagate (the call path unconfigured, a wrong argument count). */
 static int plan_call(PyObject *const *args, Py_ssize_t nargs, Planned *out) {
-    KvTensorMeta m[N_TENSORS];
-    PyObject *sig = read_arguments(args, nargs, m);
-    if (sig == NULL) return PyErr_Occurred() ? -1 : 0;
-    PyObject *family = PyDict_GetItemWithError(memo, sig); /* borrowed */
-    Py_DECREF(sig);
-    if (family == NULL || !PyList_CheckExact(family) || PyList_GET_SIZE(family) != SLOTS ||
-        m[OFFSETS].sizes[0] != m[ROWS].sizes[0] + 1) {
-        PyErr_Clear();
-        return 0;
-    }
+    KvTensorMeta m[N_TENSORS], fixed[N_TENSORS];
+    int read = read_arguments(args, nargs, m, fixed);
+    if (read <= 0) return read;
+    if (m[OFFSETS].sizes[0] != m[ROWS].sizes[0] + 1) return 0; /* the checks' error, raised by the checked path */
+    PyObject *family = find_family(args[0], fixed);
+    if (family == NULL) return 0;
     Launch *launch = &out->launch;
     plan_launch(&call_rule, m[ROWS].sizes[0], m[FLAT].sizes[0], m[POOL].sizes[0], m[POOL].sizes[1],
                 m[POOL].strides[0], m[POOL].strides[1], m[FLAT].strides[0], m[OFFSETS].strides[0],
@@ -490,13 +562,11 @@ static int plan_call(PyObject *const *args, Py_ssize_t nargs, Planned *out) {
         return 0;
     /* The per-call conditions of dispatch._may_launch, its twin: aligned pointers (the kernels' specialization),
      * no launch hook, and the pool's device current where the process sees several. */
-    if ((out->pointers[0] | out->pointers[1] | out->pointers[2] | out->pointers[3]) & 15) return 0;
+    if ((out->pointers[0] | out->pointers[1] | out->pointers[2] | out->pointers[3]) & 15 || !hooks_idle()) return 0;
     Py_INCREF(kernel); /* the callbacks below may drop the memo's reference */
     int ok = 0;
-    PyObject *device = PyLong_FromLongLong(m[POOL].device_index), *idle = NULL, *now = NULL, *stream = NULL;
+    PyObject *device = PyLong_FromLongLong(m[POOL].device_index), *now = NULL, *stream = NULL;
     if (device == NULL) goto done;
-    idle = PyObject_CallNoArgs(hooks_idle);
-    if (idle == NULL || PyObject_IsTrue(idle) != 1) goto done;
     if (current_device != NULL) {
         now = PyObject_CallNoArgs(current_device);
         if (now == NULL || PyObject_RichCompareBool(now, device, Py_EQ) != 1) goto done;
@@ -509,7 +579,6 @@ static int plan_call(PyObject *const *args, Py_ssize_t nargs, Planned *out) {
     out->kernel = kernel;
 done:
     Py_XDECREF(device);
-    Py_XDECREF(idle);
     Py_XDECREF(now);
     Py_XDECREF(stream);
     if (!ok) {
@@ -575,7 +644,7 @@ static PyMethodDef methods[] = {
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, "launch(kernel, gx, gy, stream, *pointers, *ints) -> bool"},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL, "pack(kernel, *pointers, *ints) -> bytes (for tests)"},
     {"plan", (PyCFunction)(void (*)(void))plan, METH_FASTCALL, "plan(rule, bs, N, R, C, strides...) -> tuple | None"},
-    {"configure", configure, METH_VARARGS, "configure(memo, tensor_type, hooks_idle, raw_stream, current_device, reader, rule)"},
+    {"configure", configure, METH_VARARGS, "configure(memo, tensor_type, hooks, raw_stream, current_device, reader, rule)"},
     {"signature", (PyCFunction)(void (*)(void))signature, METH_FASTCALL, "signature(backend, *arguments) -> bytes | None"},
     {"call", (PyCFunction)(void (*)(void))call, METH_FASTCALL, "call(backend, *arguments) -> bool"},
     {"planned", (PyCFunction)(void (*)(void))planned, METH_FASTCALL, "planned(backend, *arguments) -> tuple | None"},
