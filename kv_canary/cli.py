@@ -14,6 +14,9 @@ loaded, and "nothing could run" explanations go to standard error.
 - ``check``: see ``CHECK_HELP``; ``--backend`` and ``--case`` are validated
   before anything slow is imported (a backend name of an installed frontend
   only once that frontend is loaded).
+- A missing framework is named once with one install hint
+  (``shared_spec.errors.install_hint``: the ``cpu`` extra, or the ``torch`` and
+  ``jax`` extras around a build of your own).
 - ``bench``: see ``BENCH_HELP``; on a TPU (JAX's default platform, where
   libtpu is installed) it times the JAX implementations there; elsewhere,
   without torch/triton/jax or without a CUDA GPU it explains what is missing
@@ -28,6 +31,8 @@ import importlib.metadata
 import json
 import platform
 import sys
+
+from shared_spec import errors
 
 EXIT_OK = 0  # everything that ran passed and agreed
 EXIT_FAILED = 1  # a failure or disagreement (or, with --strict, a skipped backend)
@@ -190,8 +195,10 @@ def check(args) -> int:
     notes = matrix.prepare_environment(frontends)
     runners, skipped = matrix.collect_runners(frontends)
     runners, skipped = select_runners(args.backend, runners, skipped)
+    missing = matrix.missing_frameworks(frontends)
+    install = errors.install_hint(missing) if missing else None
     if args.list:
-        return list_backends(args, runners, skipped, cases)
+        return list_backends(args, runners, skipped, cases, install)
     for note in notes:
         say(args, f"note: {note}")
 
@@ -205,22 +212,23 @@ def check(args) -> int:
     result = matrix.run_matrix(runners, cases, skipped=skipped, notes=notes, started=started, finished=finished)
     code, line = verdict(result, args.strict)
     if args.json:
-        print(json.dumps(result.to_json() | {"ok": code == EXIT_OK, "exit_code": code, "verdict": line}, indent=2))
-    elif result.rows:
-        print(render_table(result) + "\n" + line)
-    else:
-        print("\n".join([f"skipped {name}: {why}" for name, why in result.skipped.items()] + [line]))
+        extra = {"install": install} if install else {}
+        print(json.dumps(result.to_json() | extra | {"ok": code == EXIT_OK, "exit_code": code, "verdict": line}, indent=2))
+        return code
+    lines = [render_table(result)] if result.rows else [f"skipped {name}: {why}" for name, why in result.skipped.items()]
+    print("\n".join(lines + ([f"install: {install}"] if install else []) + [line]))
     return code
 
 
-def list_backends(args, runners, skipped, cases) -> int:
-    """``check --list``: the backends (and why some cannot run here) and the cases."""
+def list_backends(args, runners, skipped, cases, install: str | None) -> int:
+    """``check --list``: the backends (and why some cannot run here), how to install a missing framework, the cases."""
     if args.json:
         listing = {"backends": [r.name for r in runners], "skipped": skipped, "cases": [c.name for c in cases]}
-        print(json.dumps(listing, indent=2))
+        print(json.dumps(listing | ({"install": install} if install else {}), indent=2))
         return EXIT_OK
     lines = ["backends:"] + [f"  {r.name}" for r in runners]
     lines += [f"  {name}  (cannot run here: {why})" for name, why in skipped.items()]
+    lines += [f"install: {install}"] if install else []
     lines += ["cases:"] + [f"  {c.name}" for c in cases]
     print("\n".join(lines))
     return EXIT_OK
@@ -268,7 +276,7 @@ def render_table(result) -> str:
 
 
 def bench(args) -> int:
-    from kv_canary.matrix import BROKEN_FRAMEWORK, missing_framework
+    from kv_canary.matrix import BROKEN_FRAMEWORK
     from kv_canary.platform import installed
 
     if not args.no_jax and installed("jax"):
@@ -279,9 +287,9 @@ def bench(args) -> int:
             return bench_module.run_tpu(args)
 
     needed = ("torch", "triton") + (() if args.no_jax else ("jax",))
-    missing = [missing_framework(name) for name in needed if not installed(name)]
+    missing = [name for name in needed if not installed(name)]
     if missing:
-        return nothing_ran(args, "; ".join(missing))
+        return nothing_ran(args, errors.not_installed(missing))
     say(args, "kv-canary bench: loading torch (a few seconds)...")
     from kv_canary.platform import cuda_available
 

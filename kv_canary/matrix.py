@@ -10,9 +10,10 @@ Contract:
   defined (Triton's interpreter without a GPU, JAX's x64 for this process);
   returns the notes to show.
 - ``collect_runners(frontends)``: the runners of those frontends that can run
-  here, and for every other one why not (``"torch/*"`` when a whole frontend is
-  missing or does not import, with ``missing_framework``'s install hint). A
-  frontend is imported only when asked for.
+  here, and for every other one why not (``"torch/*"`` when a whole frontend's
+  framework is not installed or does not import). A frontend is imported only
+  when asked for. ``missing_frameworks(frontends)``: the frameworks not
+  installed, for the one install hint (``shared_spec.errors.install_hint``).
 - ``run_matrix(runners, cases, skipped, notes, started, finished)``: runs
   them, calling ``started(index, total, name)`` before and ``finished(name,
   results, seconds)`` after each runner, and returns a ``Matrix``.
@@ -26,24 +27,19 @@ import os
 import time
 
 from kv_canary.platform import cuda_available, installed
+from shared_spec import errors
 from shared_spec.cases import Case, load_cases
 from shared_spec.conformance import CaseResult, Runner, check_case
 
 # (frontend, module exposing ``runners() -> list[Runner]``, the framework it needs).
 FRONTENDS = (("torch", "kv_canary_torch.conformance", "torch"), ("jax", "kv_canary_jax.conformance", "jax"))
 FRONTEND_NAMES: tuple[str, ...] = tuple(name for name, _, _ in FRONTENDS)
-# pyproject.toml's extras: the tested CPU stack, and the loose ones for a build of your own.
-MISSING_FRAMEWORK = (
-    "{module} is not installed; install the tested CPU stack with pip install -e '.[cpu]' "
-    "from the project's checkout, or bring your own build with the '{extra}' extra"
-)
 BROKEN_FRAMEWORK = "{module} is installed but does not import ({error})"
 
 
-def missing_framework(module: str) -> str:
-    """What to install when ``module`` (torch, triton, jax) is missing."""
-    extra = "jax" if module in ("jax", "jaxlib") else "torch"
-    return MISSING_FRAMEWORK.format(module=module, extra=extra)
+def missing_frameworks(frontends=FRONTEND_NAMES) -> list[str]:
+    """The frameworks that ``frontends`` need and are not installed here."""
+    return [needs for frontend, _, needs in FRONTENDS if frontend in frontends and not installed(needs)]
 
 
 @dataclasses.dataclass
@@ -117,11 +113,12 @@ def prepare_environment(frontends=FRONTEND_NAMES) -> list[str]:
 def collect_runners(frontends=FRONTEND_NAMES) -> tuple[list[Runner], dict[str, str]]:
     """The runners of ``frontends`` that can run here, and why the others cannot."""
     runners, skipped = [], {}
+    missing = missing_frameworks(frontends)
     for frontend, module, needs in FRONTENDS:
         if frontend not in frontends:
             continue
-        if not installed(needs):
-            skipped[f"{frontend}/*"] = missing_framework(needs)
+        if needs in missing:
+            skipped[f"{frontend}/*"] = errors.NOT_INSTALLED.format(modules=needs, verb="is")
             continue
         try:
             found = importlib.import_module(module).runners()

@@ -21,6 +21,7 @@ import pytest
 
 from kv_canary import cli
 from kv_canary.platform import cuda_available
+from shared_spec import errors
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # One value case, one error case, and a case the JAX frontend (not in place) always skips.
@@ -208,11 +209,12 @@ def test_list_names_backends_and_cases(capsys):
 # -- missing frameworks and no GPU -------------------------------------------------
 
 
-def test_check_without_torch_or_jax_says_what_to_install_and_exits_3():
+def test_check_without_torch_or_jax_says_once_what_to_install_and_exits_3():
     code, out, err = run_blocked(["torch", "jax"], "check")
     assert code == cli.EXIT_NOTHING_RAN
-    assert "skipped torch/*: torch is not installed; install the tested CPU stack with pip install -e '.[cpu]'" in out
-    assert "skipped jax/*: jax is not installed" in out
+    assert "skipped torch/*: torch is not installed\n" in out and "skipped jax/*: jax is not installed\n" in out
+    assert f"install: {errors.install_hint(['torch', 'jax'])}" in out
+    assert out.count("pip install 'kv-canary[cpu]'") == 1 and "pip install 'kv-canary[torch,jax]'" in out
     assert "errors identical" not in out and "NOTHING RAN" in out
     assert "Triton's interpreter" not in err  # no note about a kernel that cannot run
 
@@ -222,8 +224,12 @@ def test_check_without_torch_runs_the_jax_backends_and_counts_the_skip():
     assert code == cli.EXIT_OK
     result = json.loads(out)
     assert list(result["runners"]) == ["jax/xla"]
-    assert "pip install -e '.[cpu]'" in result["skipped"]["torch/*"]
+    assert result["skipped"]["torch/*"] == "torch is not installed"
+    assert result["install"] == errors.install_hint(["torch"]) and "'kv-canary[torch]'" in result["install"]
     assert result["verdict"] == "OK: 1 backend ran, 1 skipped (torch/*); --strict fails on skips"
+    code, out, _ = run_blocked(["torch"], "check", "--list", "--backend", "torch")
+    assert "  torch/*  (cannot run here: torch is not installed)\n" in out
+    assert f"install: {errors.install_hint(['torch'])}\n" in out
 
 
 def test_a_framework_that_does_not_import_is_reported_not_raised():
@@ -236,13 +242,16 @@ def test_a_framework_that_does_not_import_is_reported_not_raised():
 
 
 @pytest.mark.parametrize("as_json", [False, True])
-def test_bench_without_frameworks_says_what_to_install_and_exits_3(as_json):
+def test_bench_without_frameworks_says_once_what_to_install_and_exits_3(as_json):
     code, out, err = run_blocked(["torch", "triton", "jax"], "bench", *(["--json"] if as_json else []))
     assert code == cli.EXIT_NOTHING_RAN
-    assert "torch is not installed; install the tested CPU stack with pip install -e '.[cpu]'" in err
+    reason = errors.not_installed(["torch", "triton", "jax"])
+    assert reason.startswith("torch, triton and jax are not installed; pip install 'kv-canary[cpu]'")
+    assert err.strip().endswith(f"kv-canary bench: nothing ran: {reason}")
+    assert err.count("pip install") == 2  # the hint once: the cpu extra, or torch,jax
     if as_json:
         result = json.loads(out)
-        assert result["exit_code"] == cli.EXIT_NOTHING_RAN and "torch is not installed" in result["nothing_ran"]
+        assert result["exit_code"] == cli.EXIT_NOTHING_RAN and result["nothing_ran"] == reason
     else:
         assert out == ""
 
