@@ -16,7 +16,9 @@ Contract:
   installed, for the one install hint (``shared_spec.errors.install_hint``).
 - ``run_matrix(runners, cases, skipped, notes, started, finished)``: runs
   them, calling ``started(index, total, name)`` before and ``finished(name,
-  results, seconds)`` after each runner, and returns a ``Matrix``.
+  results, seconds)`` after each runner, and returns a ``Matrix``. A case is
+  compared across runners only where two or more ran it; one that a single
+  runner ran is listed as not compared, never counted as agreeing.
 """
 
 from __future__ import annotations
@@ -46,9 +48,10 @@ def missing_frameworks(frontends=FRONTEND_NAMES) -> list[str]:
 class Matrix:
     rows: dict[str, list[CaseResult]]
     skipped: dict[str, str]  # runner or frontend -> why it did not run
-    errors_identical: dict[str, bool]  # case -> all runners raised the same (error cases only)
-    results_identical: dict[str, bool]  # case -> all runners left the same pool (value cases only)
+    errors_identical: dict[str, bool]  # case -> all runners raised the same (error cases two or more ran)
+    results_identical: dict[str, bool]  # case -> all runners left the same pool (value cases two or more ran)
     notes: list[str] = dataclasses.field(default_factory=list)  # what was set up for this run
+    not_compared: list[str] = dataclasses.field(default_factory=list)  # cases only one runner ran
 
     @property
     def failed(self) -> bool:
@@ -78,6 +81,7 @@ class Matrix:
             "skipped": self.skipped,
             "errors_identical": self.errors_identical,
             "results_identical": self.results_identical,
+            "not_compared": self.not_compared,
         }
 
 
@@ -145,10 +149,11 @@ def run_matrix(
         rows[runner.name] = [check_case(runner, case) for case in cases]
         if finished:
             finished(runner.name, rows[runner.name], time.perf_counter() - begin)
-    errors_identical, results_identical = {}, {}
+    errors_identical, results_identical, not_compared = {}, {}, []
     for i, case in enumerate(cases):
-        seen = {results[i].signature for results in rows.values() if results[i].status != "skip"}
-        if not seen:
-            continue
-        (errors_identical if case.expects_error else results_identical)[case.name] = len(seen) == 1
-    return Matrix(rows, dict(skipped or {}), errors_identical, results_identical, list(notes))
+        ran = [results[i].signature for results in rows.values() if results[i].status != "skip"]
+        if len(ran) == 1:
+            not_compared.append(case.name)
+        elif ran:
+            (errors_identical if case.expects_error else results_identical)[case.name] = len(set(ran)) == 1
+    return Matrix(rows, dict(skipped or {}), errors_identical, results_identical, list(notes), not_compared)
