@@ -1,5 +1,8 @@
-"""What a packager reads in pyproject.toml: the install hints' names for its extras.
+"""What a packager reads in pyproject.toml: the Python floor, the license, the extras, and the install hints' names for them.
 
+- ``requires-python`` is the oldest Python the classifiers name, and the
+  classifiers name exactly the Pythons of the README's table of tested toolchains.
+- The license is Apache-2.0 as an SPDX expression, with its LICENSE file.
 - Every extra the install hints name (``shared_spec.errors``) exists and installs
   the framework it is named for.
 """
@@ -20,6 +23,29 @@ EXTRAS = PROJECT["optional-dependencies"]
 
 def distribution(requirement: str) -> str:
     return re.match(r"[A-Za-z0-9_.-]+", requirement).group().lower().replace("_", "-")
+
+
+def python_versions_classified() -> list[tuple[int, int]]:
+    found = [re.fullmatch(r"Programming Language :: Python :: 3\.(\d+)", c) for c in PROJECT["classifiers"]]
+    return sorted((3, int(m.group(1))) for m in found if m)
+
+
+def test_the_python_floor_is_the_oldest_tested_python():
+    versions = python_versions_classified()
+    assert PROJECT["requires-python"] == ">=%d.%d" % versions[0]
+    readme_rows = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith(("| CPU", "| GPU"))]
+    tested = sorted({tuple(map(int, row.split("|")[2].strip().split("."))) for row in readme_rows})
+    assert versions == tested
+
+
+def test_the_license_is_apache_2_with_its_file():
+    assert PROJECT["license"] == "Apache-2.0"
+    assert PROJECT["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"] and "END OF TERMS AND CONDITIONS" in text
+    # PEP 639: with a license expression, no license classifier
+    assert not [c for c in PROJECT["classifiers"] if c.startswith("License ::")]
+    assert PROJECT["keywords"]
 
 
 def test_the_install_hints_name_extras_that_install_their_frameworks():
