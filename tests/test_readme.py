@@ -1,4 +1,4 @@
-"""The README as a newcomer uses it: every python block runs as written, and its install matches what CI installs.
+"""The README as a newcomer uses it: every python block runs as written, and its install is the one CI runs.
 
 Each ```python block runs in a fresh interpreter, from an empty directory, with
 none of this test process's setup (conftest's ``XLA_FLAGS``, x64 and
@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -45,14 +46,29 @@ def test_block_runs_as_written(block, tmp_path):
     assert done.returncode == 0, f"README block failed:\n{block}\n--- stderr ---\n{done.stderr}"
 
 
-def test_the_install_is_the_extra_ci_installs():
-    """The README installs with the `cpu` extra, CI installs with the same, and the README's table names its pins."""
+CPU_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu"
+
+
+def install_command(text: str) -> list[str]:
+    """The words of the first ``pip install`` in ``text``, up to the next ``&&`` or line end."""
+    line = next(line for line in text.splitlines() if "pip install" in line and not line.lstrip().startswith("#"))
+    words = shlex.split(line[line.index("pip install"):])
+    return words[: words.index("&&")] if "&&" in words else words
+
+
+def test_the_install_is_the_one_ci_runs_and_names_the_cpu_index():
+    """The README's first command installs the cpu and test extras with PyTorch's CPU index; CI the same, that index aside."""
+    readme = install_command(README.split("```bash", 1)[1])
+    assert readme == ["pip", "install", "-e", ".[cpu,test]", *CPU_INDEX.split()]
+    ci = install_command((ROOT / ".ci" / "run").read_text().split("--upgrade pip", 1)[1])
+    assert [word for word in ci if word != "-q"] == readme[: -len(CPU_INDEX.split())]
+
+
+def test_the_readme_table_names_the_cpu_pins():
     pins = dict(
         re.fullmatch(r"([\w-]+)==([\w.]+)", spec).groups()
         for spec in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["cpu"]
     )
-    assert "pip install -e '.[cpu]'" in README
-    assert "pip install -q -e '.[cpu]'" in (ROOT / ".ci" / "run").read_text()
     cpu_row = next(line for line in README.splitlines() if line.startswith("| CPU (CI"))
     cells = [cell.strip() for cell in cpu_row.strip("|").split("|")]
     assert cells[2:] == [pins["torch"] + "+cpu", pins["triton"], pins["jax"]]
