@@ -1,11 +1,27 @@
 """``kv-canary``: the project's command line (``check``, ``bench``).
 
 Contract: ``main(argv) -> int`` parses ``argv`` (``sys.argv[1:]`` when None),
-runs the command and returns its exit code (``EXIT_*``; argparse's own exits,
-``--help``, ``--version`` and usage errors, are returned too, not raised).
-Standard output carries the result only (the table and verdict, or with
-``--json`` one JSON object); progress lines, notes about what is being
-loaded, and "nothing could run" explanations go to standard error.
+runs the command and returns its exit code (``EXIT_*``; ``--help``,
+``--version`` and usage errors are returned too, not raised). Standard output
+carries the result only (the table and verdict); progress lines, notes about
+what is being loaded, and why a command could not run go to standard error.
+
+- Usage errors: the usage of the parser that met the error (a command's own
+  for ``kv-canary check --bogus``) and the message on stderr, exit
+  ``EXIT_USAGE``. Options are spelled in full (no argparse abbreviations), so
+  that ``--json`` is known before parsing has succeeded and a new option never
+  makes an old abbreviation ambiguous.
+- ``--json``: standard output is always exactly one JSON object, errors
+  included (a usage error, nothing ran, an interrupt, a crash): it holds
+  ``exit_code``, ``ok`` and, where the command did not do what was asked,
+  ``error`` (the message), beside whatever the command's own object holds
+  where it printed one (``main`` captures what the command prints and merges
+  the error into it). ``--help`` still prints the help.
+- Each command's ``--help`` ends with its own exit codes (``CHECK_EXIT_CODES``,
+  ``BENCH_EXIT_CODES``).
+- A missing framework is named once with one install hint
+  (``shared_spec.errors.install_hint``: the ``cpu`` extra, or the ``torch`` and
+  ``jax`` extras around a build of your own).
 
 - bare ``kv-canary``: the help, exit 0 (the first command a newcomer types;
   nothing was asked, so nothing failed).
@@ -23,24 +39,47 @@ loaded, and "nothing could run" explanations go to standard error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import importlib.metadata
+import io
 import json
 import platform
 import sys
+
+from shared_spec import errors
 
 EXIT_OK = 0  # everything that ran passed and agreed
 EXIT_FAILED = 1  # a failure or disagreement (or, with --strict, a skipped backend)
 EXIT_USAGE = 2  # argparse's code for a usage error
 EXIT_NOTHING_RAN = 3  # a framework is missing, or bench has no CUDA GPU
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
+JSON = "--json"  # the option every command has; main looks for it in argv before parsing
 
-EXIT_CODES = f"""exit codes:
-  {EXIT_OK}  everything that ran passed, and the backends agreed
-  {EXIT_FAILED}  a case failed or backends disagreed (check), or with --strict a backend was skipped
-  {EXIT_USAGE}  usage error: an unknown option, backend or case
-  {EXIT_NOTHING_RAN}  nothing could run: torch/jax not installed, or no CUDA GPU for bench
-"""
+
+def exit_codes(meanings: dict[int, str]) -> str:
+    """A help epilog: each exit code a command can return, and what it means."""
+    return "exit codes:\n" + "".join(f"  {code:<3}  {meaning}\n" for code, meaning in meanings.items())
+
+
+MAIN_EXIT_CODES = exit_codes({
+    EXIT_OK: "the help or the version was printed",
+    EXIT_USAGE: "usage error: an unknown command or option",
+}) + "Each command's --help lists its own exit codes.\n"
+CHECK_EXIT_CODES = exit_codes({
+    EXIT_OK: "every backend that ran passed every case, and the backends compared agreed",
+    EXIT_FAILED: "a case failed or backends disagreed, or with --strict a backend was skipped",
+    EXIT_USAGE: "usage error: an unknown option, backend or case",
+    EXIT_NOTHING_RAN: "nothing could run: no selected backend can run here (torch/jax not installed, JAX x64 off)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+})
+BENCH_EXIT_CODES = exit_codes({
+    EXIT_OK: "every backend was timed (the table, or with --json the rows, on stdout)",
+    EXIT_FAILED: "a backend disagreed with the reference or a measurement failed (the traceback on stderr)",
+    EXIT_USAGE: "usage error: an unknown option",
+    EXIT_NOTHING_RAN: "nothing could run: torch, triton or jax not installed, or no CUDA GPU (and no TPU)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+})
 
 MAIN_HELP = """Check and time scatter_req_token_ids across its PyTorch and JAX backends.
 Run 'kv-canary COMMAND --help' for what a command does, how long it takes and its options."""
@@ -49,9 +88,10 @@ CHECK_HELP = """Run each frontend/backend pair available here (torch/triton, jax
 --list names them all) over the conformance cases in
 shared_spec/data/conformance.json. Every case is judged against the spec (the
 expected pool, or the exact exception class and message with the pool left
-untouched), and compared across backends: the same exception and message, or
-the same pool byte for byte. Prints a table, the skip reasons and a verdict
-that says how many backends ran.
+untouched), and compared across the backends that ran it (two or more): the
+same exception and message, or the same pool byte for byte. Prints a table,
+what was compared, the skip reasons and a verdict that says how many backends
+ran.
 
 Time: 30-60 s on a CPU-only machine, where the Triton and Pallas kernels run
 in their interpreters (5 s of imports, then up to 10 s per backend, mostly
@@ -71,8 +111,54 @@ TPU it times the Mosaic TPU kernel against XLA instead (jax only)."""
 NO_GPU = "no CUDA GPU (torch.cuda.is_available() is False); bench times the compiled kernels on a GPU"
 
 
-class UsageError(Exception):
-    """A command-line value argparse cannot validate itself (an unknown backend or case)."""
+class CommandError(Exception):
+    """Why a command could not do what was asked: ``main`` prints it and returns ``exit_code``."""
+
+    exit_code = EXIT_FAILED
+
+
+class UsageError(CommandError):
+    """A usage error: argparse's own (``Parser.error``), or a value it cannot validate (an unknown backend or case).
+
+    ``parser`` is the parser whose usage to print (None: the command's).
+    """
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, parser: argparse.ArgumentParser | None = None):
+        super().__init__(message)
+        self.parser = parser
+
+
+class NothingRan(CommandError):
+    """Nothing could run here (a framework missing or broken, no GPU); the message says why."""
+
+    exit_code = EXIT_NOTHING_RAN
+
+    def __init__(self, reason: str):
+        super().__init__(f"nothing ran: {reason}")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, with options spelled in full and usage errors raised as ``UsageError``.
+
+    An argument that a command's parser does not know is that command's usage
+    error (argparse would hand it up to the top parser, whose usage names none
+    of the command's options).
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, unknown = super().parse_known_args(args, namespace)
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return namespace, unknown
+
+    def error(self, message):
+        raise UsageError(message, parser=self)
 
 
 def say(args, line: str) -> None:
@@ -190,8 +276,10 @@ def check(args) -> int:
     notes = matrix.prepare_environment(frontends)
     runners, skipped = matrix.collect_runners(frontends)
     runners, skipped = select_runners(args.backend, runners, skipped)
+    missing = matrix.missing_frameworks(frontends)
+    install = errors.install_hint(missing) if missing else None
     if args.list:
-        return list_backends(args, runners, skipped, cases)
+        return list_backends(args, runners, skipped, cases, install)
     for note in notes:
         say(args, f"note: {note}")
 
@@ -205,30 +293,45 @@ def check(args) -> int:
     result = matrix.run_matrix(runners, cases, skipped=skipped, notes=notes, started=started, finished=finished)
     code, line = verdict(result, args.strict)
     if args.json:
-        print(json.dumps(result.to_json() | {"ok": code == EXIT_OK, "exit_code": code, "verdict": line}, indent=2))
-    elif result.rows:
-        print(render_table(result) + "\n" + line)
-    else:
-        print("\n".join([f"skipped {name}: {why}" for name, why in result.skipped.items()] + [line]))
+        extra = {"install": install} if install else {}
+        extra |= {"error": line} if code == EXIT_NOTHING_RAN else {}
+        print(json.dumps(result.to_json() | extra | {"ok": code == EXIT_OK, "exit_code": code, "verdict": line}, indent=2))
+        return code
+    lines = [render_table(result)] if result.rows else [f"skipped {name}: {why}" for name, why in result.skipped.items()]
+    print("\n".join(lines + ([f"install: {install}"] if install else []) + [line]))
     return code
 
 
-def list_backends(args, runners, skipped, cases) -> int:
-    """``check --list``: the backends (and why some cannot run here) and the cases."""
+def list_backends(args, runners, skipped, cases, install: str | None) -> int:
+    """``check --list``: the backends (and why some cannot run here), how to install a missing framework, the cases."""
     if args.json:
         listing = {"backends": [r.name for r in runners], "skipped": skipped, "cases": [c.name for c in cases]}
-        print(json.dumps(listing, indent=2))
+        print(json.dumps(listing | ({"install": install} if install else {}), indent=2))
         return EXIT_OK
     lines = ["backends:"] + [f"  {r.name}" for r in runners]
     lines += [f"  {name}  (cannot run here: {why})" for name, why in skipped.items()]
+    lines += [f"install: {install}"] if install else []
     lines += ["cases:"] + [f"  {c.name}" for c in cases]
     print("\n".join(lines))
     return EXIT_OK
 
 
+def comparison_lines(result) -> list[str]:
+    """What was compared across backends, and only that: the cases two or more backends ran."""
+    if len(result.rows) < 2:
+        return [f"compared across backends: nothing ({len(result.rows)} backend ran)"]
+    lines = []
+    for kind, table, cases in (("errors", result.errors_identical, "error"), ("results", result.results_identical, "value")):
+        if table:
+            same = sum(table.values())
+            label = f"{kind} identical across backends:"
+            lines.append(f"{label:<35}{'yes' if same == len(table) else 'NO'} ({same}/{len(table)} {cases} cases)")
+    if result.not_compared:
+        lines.append(f"not compared (ran on one backend only): {', '.join(result.not_compared)}")
+    return lines
+
+
 def render_table(result) -> str:
-    errors_same = all(result.errors_identical.values())
-    results_same = all(result.results_identical.values())
     lines = [
         "",
         f"{'frontend/backend':<18} {'passed':>6} {'failed':>6} {'skipped':>7}",
@@ -238,14 +341,7 @@ def render_table(result) -> str:
         counts = [sum(r.status == s for r in results) for s in ("pass", "fail", "skip")]
         lines.append(f"{name:<18} {counts[0]:>6} {counts[1]:>6} {counts[2]:>7}")
     lines.append("-" * 40)
-    lines.append(
-        f"errors identical across backends:  {'yes' if errors_same else 'NO'} "
-        f"({sum(result.errors_identical.values())}/{len(result.errors_identical)} error cases)"
-    )
-    lines.append(
-        f"results identical across backends: {'yes' if results_same else 'NO'} "
-        f"({sum(result.results_identical.values())}/{len(result.results_identical)} value cases)"
-    )
+    lines += comparison_lines(result)
     for name, why in result.skipped.items():
         lines.append(f"skipped {name}: {why}")
     skipped_cases: dict[tuple[str, str], list[str]] = {}
@@ -268,7 +364,7 @@ def render_table(result) -> str:
 
 
 def bench(args) -> int:
-    from kv_canary.matrix import BROKEN_FRAMEWORK, missing_framework
+    from kv_canary.matrix import BROKEN_FRAMEWORK
     from kv_canary.platform import installed
 
     if args.step:  # JAX alone: what the scatter adds to a jitted step like a server's (kv_canary.bench_step)
@@ -285,47 +381,39 @@ def bench(args) -> int:
             return bench_module.run_tpu(args)
 
     needed = ("torch", "triton") + (() if args.no_jax else ("jax",))
-    missing = [missing_framework(name) for name in needed if not installed(name)]
+    missing = [name for name in needed if not installed(name)]
     if missing:
-        return nothing_ran(args, "; ".join(missing))
+        raise NothingRan(errors.not_installed(missing))
     say(args, "kv-canary bench: loading torch (a few seconds)...")
     from kv_canary.platform import cuda_available
 
     try:
         has_gpu = cuda_available()
     except ImportError as error:
-        return nothing_ran(args, BROKEN_FRAMEWORK.format(module="torch", error=f"{type(error).__name__}: {error}"))
+        raise NothingRan(BROKEN_FRAMEWORK.format(module="torch", error=f"{type(error).__name__}: {error}")) from None
     if not has_gpu:
-        return nothing_ran(args, NO_GPU)
+        raise NothingRan(NO_GPU)
     from kv_canary import bench as bench_module
 
     return bench_module.run(args)
 
 
-def nothing_ran(args, reason: str) -> int:
-    """Say why nothing could run (stderr; with --json also one JSON object on stdout)."""
-    print(f"kv-canary {args.command}: nothing ran: {reason}", file=sys.stderr)
-    if args.json:
-        print(json.dumps({"ok": False, "exit_code": EXIT_NOTHING_RAN, "nothing_ran": reason}, indent=2))
-    return EXIT_NOTHING_RAN
-
-
 # -- main --------------------------------------------------------------------------
 
 
-def parser() -> argparse.ArgumentParser:
-    formatter = argparse.RawDescriptionHelpFormatter
-    top = argparse.ArgumentParser(prog="kv-canary", description=MAIN_HELP, epilog=EXIT_CODES, formatter_class=formatter)
+def parser() -> Parser:
+    top = Parser(prog="kv-canary", description=MAIN_HELP, epilog=MAIN_EXIT_CODES)
     top.add_argument("--version", action=VersionAction)
     sub = top.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     p_check = sub.add_parser(
-        "check", description=CHECK_HELP, epilog=EXIT_CODES, formatter_class=formatter,
+        "check", description=CHECK_HELP, epilog=CHECK_EXIT_CODES,
         help="run every backend here over the spec's conformance cases and compare them "
         "(under a minute on a CPU-only machine, seconds on a GPU)",
     )
     p_check.add_argument(
-        "--json", action="store_true",
-        help="print one JSON object on stdout instead of the table: counts, failures, notes, skip reasons, verdict",
+        JSON, action="store_true",
+        help="print one JSON object on stdout instead of the table: counts, failures, notes, skip reasons, verdict "
+        "(or the error and exit code)",
     )
     p_check.add_argument(
         "--backend", action="append", metavar="NAME",
@@ -339,11 +427,12 @@ def parser() -> argparse.ArgumentParser:
     p_check.add_argument("--list", action="store_true", help="list the backends (and why any cannot run here) and the cases, then exit")
     p_check.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p_check.set_defaults(func=check, parser=p_check)
+    # bench
     p_bench = sub.add_parser(
-        "bench", description=BENCH_HELP, epilog=EXIT_CODES, formatter_class=formatter,
+        "bench", description=BENCH_HELP, epilog=BENCH_EXIT_CODES,
         help="time every backend over sglang's benchmark grid (CUDA GPU only; several minutes)",
     )
-    p_bench.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p_bench.add_argument(JSON, action="store_true", help="print one JSON object on stdout: the rows (or the error and exit code)")
     p_bench.add_argument("--write", metavar="PATH", help="write the table as markdown (docs/performance.md)")
     p_bench.add_argument("--quick", action="store_true", help="only cases of at most 2M tokens")
     p_bench.add_argument("--no-jax", action="store_true", help="torch backends only")
@@ -356,23 +445,65 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if JSON not in argv:
+        return run(argv)[0]
+    printed = io.StringIO()  # what the command prints: one JSON object, or none where it failed first
+    try:
+        with contextlib.redirect_stdout(printed):
+            code, error = run(argv)
+    except Exception as crash:  # a bug: the JSON object says so, then the traceback reaches stderr
+        print(json_error(printed.getvalue(), EXIT_FAILED, f"{type(crash).__name__}: {crash}"))
+        raise
+    if error is None:
+        sys.stdout.write(printed.getvalue())
+    else:
+        print(json_error(printed.getvalue(), code, error))
+    return code
+
+
+def json_error(printed: str, code: int, error: str) -> str:
+    """The one JSON object for a command that failed: the object it printed (if any) with the error merged in."""
+    try:
+        result = json.loads(printed) if printed.strip() else {}
+    except ValueError:
+        result = None
+    if not isinstance(result, dict):  # not a JSON object: keep it for the reader, off stdout
+        sys.stderr.write(printed)
+        result = {}
+    return json.dumps(result | {"ok": False, "exit_code": code, "error": error}, indent=2)
+
+
+def run(argv: list[str]) -> tuple[int, str | None]:
+    """Parse ``argv`` and run the command: the exit code, and the error message where it did not do what was asked."""
     top = parser()
     try:
         args = top.parse_args(argv)
-    except SystemExit as done:  # --help, --version, or a usage error: argparse has printed it
-        return done.code if isinstance(done.code, int) else EXIT_USAGE
+    except SystemExit as done:  # --help or --version: argparse has printed it
+        return (done.code if isinstance(done.code, int) else EXIT_OK), None
+    except UsageError as error:
+        return report(error, top)
     if args.command is None:
         top.print_help()
-        return EXIT_OK
+        return EXIT_OK, None
     try:
-        return args.func(args)
-    except UsageError as error:
-        args.parser.print_usage(sys.stderr)
-        print(f"kv-canary {args.command}: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return args.func(args), None
+    except CommandError as error:
+        return report(error, args.parser)
     except KeyboardInterrupt:
-        print(f"kv-canary {args.command}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        print(f"{args.parser.prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED, "interrupted"
+
+
+def report(error: CommandError, command: argparse.ArgumentParser) -> tuple[int, str]:
+    """Say on stderr why ``command`` failed (a usage error after its parser's usage); its exit code and message."""
+    if isinstance(error, UsageError):
+        usage_of = error.parser or command
+        usage_of.print_usage(sys.stderr)
+        print(f"{usage_of.prog}: error: {error}", file=sys.stderr)
+    else:
+        print(f"{command.prog}: {error}", file=sys.stderr)
+    return error.exit_code, str(error)
 
 
 if __name__ == "__main__":

@@ -10,12 +10,15 @@ Contract:
   defined (Triton's interpreter without a GPU, JAX's x64 for this process);
   returns the notes to show.
 - ``collect_runners(frontends)``: the runners of those frontends that can run
-  here, and for every other one why not (``"torch/*"`` when a whole frontend is
-  missing or does not import, with ``missing_framework``'s install hint). A
-  frontend is imported only when asked for.
+  here, and for every other one why not (``"torch/*"`` when a whole frontend's
+  framework is not installed or does not import). A frontend is imported only
+  when asked for. ``missing_frameworks(frontends)``: the frameworks not
+  installed, for the one install hint (``shared_spec.errors.install_hint``).
 - ``run_matrix(runners, cases, skipped, notes, started, finished)``: runs
   them, calling ``started(index, total, name)`` before and ``finished(name,
-  results, seconds)`` after each runner, and returns a ``Matrix``.
+  results, seconds)`` after each runner, and returns a ``Matrix``. A case is
+  compared across runners only where two or more ran it; one that a single
+  runner ran is listed as not compared, never counted as agreeing.
 """
 
 from __future__ import annotations
@@ -26,33 +29,29 @@ import os
 import time
 
 from kv_canary.platform import cuda_available, installed
+from shared_spec import errors
 from shared_spec.cases import Case, load_cases
 from shared_spec.conformance import CaseResult, Runner, check_case
 
 # (frontend, module exposing ``runners() -> list[Runner]``, the framework it needs).
 FRONTENDS = (("torch", "kv_canary_torch.conformance", "torch"), ("jax", "kv_canary_jax.conformance", "jax"))
 FRONTEND_NAMES: tuple[str, ...] = tuple(name for name, _, _ in FRONTENDS)
-# pyproject.toml's extras: the tested CPU stack, and the loose ones for a build of your own.
-MISSING_FRAMEWORK = (
-    "{module} is not installed; install the tested CPU stack with pip install -e '.[cpu]' "
-    "from the project's checkout, or bring your own build with the '{extra}' extra"
-)
 BROKEN_FRAMEWORK = "{module} is installed but does not import ({error})"
 
 
-def missing_framework(module: str) -> str:
-    """What to install when ``module`` (torch, triton, jax) is missing."""
-    extra = "jax" if module in ("jax", "jaxlib") else "torch"
-    return MISSING_FRAMEWORK.format(module=module, extra=extra)
+def missing_frameworks(frontends=FRONTEND_NAMES) -> list[str]:
+    """The frameworks that ``frontends`` need and are not installed here."""
+    return [needs for frontend, _, needs in FRONTENDS if frontend in frontends and not installed(needs)]
 
 
 @dataclasses.dataclass
 class Matrix:
     rows: dict[str, list[CaseResult]]
     skipped: dict[str, str]  # runner or frontend -> why it did not run
-    errors_identical: dict[str, bool]  # case -> all runners raised the same (error cases only)
-    results_identical: dict[str, bool]  # case -> all runners left the same pool (value cases only)
+    errors_identical: dict[str, bool]  # case -> all runners raised the same (error cases two or more ran)
+    results_identical: dict[str, bool]  # case -> all runners left the same pool (value cases two or more ran)
     notes: list[str] = dataclasses.field(default_factory=list)  # what was set up for this run
+    not_compared: list[str] = dataclasses.field(default_factory=list)  # cases only one runner ran
 
     @property
     def failed(self) -> bool:
@@ -82,6 +81,7 @@ class Matrix:
             "skipped": self.skipped,
             "errors_identical": self.errors_identical,
             "results_identical": self.results_identical,
+            "not_compared": self.not_compared,
         }
 
 
@@ -117,11 +117,12 @@ def prepare_environment(frontends=FRONTEND_NAMES) -> list[str]:
 def collect_runners(frontends=FRONTEND_NAMES) -> tuple[list[Runner], dict[str, str]]:
     """The runners of ``frontends`` that can run here, and why the others cannot."""
     runners, skipped = [], {}
+    missing = missing_frameworks(frontends)
     for frontend, module, needs in FRONTENDS:
         if frontend not in frontends:
             continue
-        if not installed(needs):
-            skipped[f"{frontend}/*"] = missing_framework(needs)
+        if needs in missing:
+            skipped[f"{frontend}/*"] = errors.NOT_INSTALLED.format(modules=needs, verb="is")
             continue
         try:
             found = importlib.import_module(module).runners()
@@ -148,10 +149,11 @@ def run_matrix(
         rows[runner.name] = [check_case(runner, case) for case in cases]
         if finished:
             finished(runner.name, rows[runner.name], time.perf_counter() - begin)
-    errors_identical, results_identical = {}, {}
+    errors_identical, results_identical, not_compared = {}, {}, []
     for i, case in enumerate(cases):
-        seen = {results[i].signature for results in rows.values() if results[i].status != "skip"}
-        if not seen:
-            continue
-        (errors_identical if case.expects_error else results_identical)[case.name] = len(seen) == 1
-    return Matrix(rows, dict(skipped or {}), errors_identical, results_identical, list(notes))
+        ran = [results[i].signature for results in rows.values() if results[i].status != "skip"]
+        if len(ran) == 1:
+            not_compared.append(case.name)
+        elif ran:
+            (errors_identical if case.expects_error else results_identical)[case.name] = len(set(ran)) == 1
+    return Matrix(rows, dict(skipped or {}), errors_identical, results_identical, list(notes), not_compared)

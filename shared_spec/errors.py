@@ -21,6 +21,32 @@ class KvCanaryValueError(ValueError):
     """An argument of the right kind with a wrong shape, place or value."""
 
 
+# A framework that is not installed, and what installs it: pyproject.toml's extras
+# (tests/test_packaging.py holds these names to it). The tools print the hint
+# once, however many frameworks are missing.
+NOT_INSTALLED = "{modules} {verb} not installed"
+INSTALL_HINT = (
+    "pip install 'kv-canary[cpu]' installs the tested CPU stack; pip install 'kv-canary[{extras}]' installs "
+    "the tested version ranges, keeping a build of your own within them (a CUDA torch, jax with its CUDA plugin)"
+)
+# The extra that installs each framework (module name -> extra).
+EXTRA = {"torch": "torch", "triton": "torch", "jax": "jax", "jaxlib": "jax"}
+
+
+def install_hint(modules) -> str:
+    """How to install the frameworks ``modules`` (torch, triton, jax, jaxlib): the ``cpu`` extra, or theirs."""
+    extras = dict.fromkeys(EXTRA[module] for module in modules)
+    return INSTALL_HINT.format(extras=",".join(extras))
+
+
+def not_installed(modules) -> str:
+    """``"torch, triton and jax are not installed; "`` and the install hint, once."""
+    modules = list(modules)
+    names = modules[0] if len(modules) == 1 else f"{', '.join(modules[:-1])} and {modules[-1]}"
+    missing = NOT_INSTALLED.format(modules=names, verb="is" if len(modules) == 1 else "are")
+    return f"{missing}; {install_hint(modules)}"
+
+
 # Argument checks (checks.py raises them, in checks.CHECK_ORDER).
 NOT_AN_ARRAY = PREFIX + " {arg} must be an array, got {type_name}"
 WRONG_RANK = PREFIX + " {arg} must be {rank}-D, got shape {shape}"
@@ -66,7 +92,7 @@ BRIDGE_COPIED = "the imported array does not share the source's memory"
 BRIDGE_NEGATIVE_STRIDES = "its byte strides {strides} are negative, which a torch tensor cannot have"
 BRIDGE_UNKNOWN = "kv-canary: cannot move a {type_name} into {target}: it is neither a torch tensor nor a JAX array nor exports DLPack"
 # Reason for CHOICE_UNAVAILABLE (backend="pallas" of the torch frontend: the JAX kernel on torch memory).
-PALLAS_NEEDS_JAX = "jax is not installed; install jax (and jaxlib) or pass another backend"
+PALLAS_NEEDS_JAX = f"jax is not installed; install it (pip install 'kv-canary[{EXTRA['jax']}]') or pass another backend"
 
 
 def type_error(template: str, **fields) -> KvCanaryTypeError:
@@ -89,7 +115,7 @@ def unavailable_error(option: str, name: str, reason: str) -> KvCanaryValueError
 
 # torch frontend
 # Reasons for CHOICE_UNAVAILABLE (backend="triton").
-TRITON_NOT_INSTALLED = "triton is not installed; install it or pass backend='torch'"
+TRITON_NOT_INSTALLED = f"triton is not installed; install it (pip install 'kv-canary[{EXTRA['triton']}]') or pass backend='torch'"
 TRITON_NEEDS_CUDA = (
     "Triton kernels need CUDA tensors; on the CPU they run only in Triton's interpreter, "
     "which needs TRITON_INTERPRET=1 set before the first Triton launch (or pass backend='torch')"

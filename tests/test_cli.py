@@ -1,4 +1,4 @@
-"""The ``kv-canary`` command line: help, version, exit codes, subsets, progress, JSON, missing frameworks.
+"""The ``kv-canary`` command line: help, version, exit codes, usage errors, subsets, progress, JSON, missing frameworks.
 
 Most tests call ``main([...])`` in this process over a one- or two-backend,
 few-case subset (the frameworks are already imported, so each takes well under
@@ -21,6 +21,7 @@ import pytest
 
 from kv_canary import cli
 from kv_canary.platform import cuda_available
+from shared_spec import errors
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # One value case, one error case, and a case the JAX frontend (not in place) always skips.
@@ -75,17 +76,33 @@ def test_bare_command_prints_the_help_and_succeeds(capsys):
     assert "usage: kv-canary" in out and "check" in out and "bench" in out and "exit codes" in out
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["check", "--help"], ["bench", "--help"]])
-def test_help_says_what_how_long_and_the_exit_codes_without_markup(capsys, argv):
+ALL_CODES = (cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_USAGE, cli.EXIT_NOTHING_RAN, cli.EXIT_INTERRUPTED)
+
+
+@pytest.mark.parametrize(
+    "argv, codes, nothing_ran_says",
+    [
+        (["--help"], (cli.EXIT_OK, cli.EXIT_USAGE), None),
+        (["check", "--help"], ALL_CODES, "torch/jax not installed"),
+        (["bench", "--help"], ALL_CODES, "no CUDA GPU"),
+    ],
+)
+def test_help_says_what_how_long_and_its_own_exit_codes_without_markup(capsys, argv, codes, nothing_ran_says):
     code, out, _ = run_main(capsys, *argv)
     assert code == cli.EXIT_OK
-    assert "``" not in out and "exit codes" in out
-    for number in (cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_USAGE, cli.EXIT_NOTHING_RAN):
-        assert f"\n  {number}  " in out
+    assert "``" not in out
+    listed = out.split("\nexit codes:\n", 1)[1]  # the epilog: this command's exit codes, and nothing after them
+    numbers = [int(line.split()[0]) for line in listed.splitlines() if line.startswith("  ")]
+    assert numbers == list(codes)
+    if nothing_ran_says:
+        line = next(line for line in listed.splitlines() if line.startswith(f"  {cli.EXIT_NOTHING_RAN} "))
+        assert nothing_ran_says in line
     if argv[0] == "check":
         assert "Time:" in out and "--backend" in out and "--case" in out and "--strict" in out
+        assert "CUDA GPU" not in listed  # bench's reasons are not check's
     if argv[0] == "bench":
         assert "CUDA GPU" in out and "minutes" in out
+        assert "backend or case" not in listed and "disagreed with the reference" in listed
 
 
 def test_version_names_the_package_and_the_frameworks(capsys):
@@ -97,21 +114,89 @@ def test_version_names_the_package_and_the_frameworks(capsys):
     assert f"jax {importlib.metadata.version('jax')}" in lines
 
 
-@pytest.mark.parametrize(
-    "argv, says",
-    [
-        (["check", "--no-such-option"], "unrecognized arguments"),
-        (["frobnicate"], "invalid choice"),
-        (["check", "--backend", "cuda"], "--backend 'cuda'"),
-        (["check", "--backend", "torch/"], "--backend 'torch/'"),
-        (["check", "--case", "no_such_case"], "--case 'no_such_case' matches no conformance case"),
-        (["check", "--backend", "jax/triton", "--case", "one_request"], "the backends are: jax/xla"),
-    ],
-)
-def test_usage_errors_exit_2_and_print_nothing_on_stdout(capsys, argv, says):
+USAGE_ERRORS = [
+    (["check", "--no-such-option"], "unrecognized arguments: --no-such-option"),
+    (["check", "--jso"], "unrecognized arguments: --jso"),  # options are spelled in full
+    (["check", "--case"], "argument --case: expected one argument"),
+    (["bench", "--no-such-option"], "unrecognized arguments: --no-such-option"),
+    (["frobnicate"], "invalid choice"),
+    (["--no-such-option", "check"], "unrecognized arguments: --no-such-option"),
+    (["check", "--backend", "cuda"], "--backend 'cuda'"),
+    (["check", "--backend", "torch/"], "--backend 'torch/'"),
+    (["check", "--case", "no_such_case"], "--case 'no_such_case' matches no conformance case"),
+    (["check", "--backend", "jax/triton", "--case", "one_request"], "the backends are: jax/xla"),
+    (["check", "--backend", "torch/cuda"], "--backend 'torch/cuda' is not a backend"),
+]
+
+
+TOP_USAGE = "usage: kv-canary [-h] [--version]"
+
+
+def assert_usage_of_its_command(err: str, argv) -> None:
+    """A usage error in ``argv`` printed (after any progress line) its command's usage, or the top parser's."""
+    usage = f"usage: kv-canary {argv[0]} [-h]" if argv[0] in ("check", "bench") else TOP_USAGE
+    assert err.startswith(usage) or f"\n{usage}" in err, err
+    assert usage == TOP_USAGE or TOP_USAGE not in err, err
+
+
+@pytest.mark.parametrize("argv, says", USAGE_ERRORS)
+def test_usage_errors_exit_2_print_the_usage_of_their_command_and_nothing_on_stdout(capsys, argv, says):
     code, out, err = run_main(capsys, *argv)
     assert code == cli.EXIT_USAGE
-    assert out == "" and says in err and "usage: kv-canary" in err
+    assert out == "" and says in err
+    assert_usage_of_its_command(err, argv)
+
+
+# -- --json: one object on stdout, whatever happened -------------------------------
+
+
+@pytest.mark.parametrize("argv, says", [(argv, says) for argv, says in USAGE_ERRORS if argv[0] != "frobnicate"])
+def test_with_json_a_usage_error_is_one_json_object_with_the_message_and_exit_code(capsys, argv, says):
+    code, out, err = run_main(capsys, *argv, "--json")
+    assert code == cli.EXIT_USAGE
+    result = json.loads(out)  # one object, nothing else
+    assert result["ok"] is False and result["exit_code"] == cli.EXIT_USAGE and says in result["error"]
+    assert result["error"] in err  # stderr still says it as without --json
+    assert_usage_of_its_command(err, argv)
+
+
+def test_with_json_an_interrupt_is_one_json_object(capsys, monkeypatch):
+    from kv_canary import matrix
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(matrix, "run_matrix", interrupted)
+    code, out, err = run_main(capsys, "check", "--json", "--backend", "torch/torch", "--case", "one_request")
+    assert code == cli.EXIT_INTERRUPTED
+    assert json.loads(out) == {"ok": False, "exit_code": cli.EXIT_INTERRUPTED, "error": "interrupted"}
+    assert "kv-canary check: interrupted" in err
+
+
+def test_with_json_a_crash_is_one_json_object_and_still_raises(capsys, monkeypatch):
+    from kv_canary import matrix
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(matrix, "run_matrix", broken)
+    with pytest.raises(RuntimeError, match="a bug"):  # the traceback still reaches the reader; the process exits 1
+        cli.main(["check", "--json", "--backend", "torch/torch", "--case", "one_request"])
+    out, _ = capsys.readouterr()
+    assert json.loads(out) == {"ok": False, "exit_code": cli.EXIT_FAILED, "error": "RuntimeError: a bug"}
+
+
+def test_with_json_an_error_after_the_object_is_merged_into_it(capsys, monkeypatch):
+    """A command that printed its JSON object and then failed leaves one object: its own, with the error."""
+
+    def prints_then_fails(args):
+        print(json.dumps({"rows": [1, 2]}))
+        raise cli.NothingRan("the second half")
+
+    monkeypatch.setattr(cli, "check", prints_then_fails)
+    code, out, _ = run_main(capsys, "check", "--json")
+    assert code == cli.EXIT_NOTHING_RAN
+    assert json.loads(out) == {"rows": [1, 2], "ok": False, "exit_code": cli.EXIT_NOTHING_RAN, "error": "nothing ran: the second half"}
 
 
 # -- check -------------------------------------------------------------------------
@@ -123,6 +208,10 @@ def test_a_subset_runs_only_what_was_asked_with_a_progress_line_per_backend(caps
     rows = [line.split()[0] for line in out.splitlines() if line.startswith(("torch/", "jax/"))]
     assert rows == ["torch/torch", "jax/xla"]
     assert out.rstrip().endswith("OK: 2 backends ran")
+    assert "errors identical across backends:  yes (1/1 error cases)" in out
+    assert "results identical across backends: yes (1/1 value cases)" in out
+    # jax/xla skips it, so only torch/torch ran it: said, not counted as agreeing
+    assert "not compared (ran on one backend only): pool_rows_share_memory" in out
     assert f"case pool_rows_share_memory skipped on jax/xla: {IN_PLACE_ONLY}" in out
     progress = err.splitlines()
     assert progress[0].startswith("kv-canary check: loading torch and jax")
@@ -148,6 +237,18 @@ def test_json_is_the_only_stdout_and_carries_notes_and_skip_reasons(capsys):
     assert (row["pass"], row["fail"], row["skip"]) == (2, 0, 1)
     assert row["skipped_cases"] == {"pool_rows_share_memory": IN_PLACE_ONLY}
     assert "[1/1] jax/xla: running 3 cases..." in err
+    assert "error" not in result  # it did what was asked
+
+
+def test_with_one_backend_nothing_is_said_to_be_compared(capsys):
+    code, out, _ = run_main(capsys, "check", "--quiet", "--backend", "jax/xla", *FEW_CASES)
+    assert code == cli.EXIT_OK
+    assert "compared across backends: nothing (1 backend ran)" in out
+    assert "identical" not in out
+    code, out, _ = run_main(capsys, "check", "--quiet", "--json", "--backend", "jax/xla", *FEW_CASES)
+    result = json.loads(out)
+    assert result["errors_identical"] == {} and result["results_identical"] == {}
+    assert result["not_compared"] == ["one_request", "flat_in_int32"]
 
 
 def test_quiet_silences_the_progress(capsys):
@@ -181,6 +282,10 @@ def test_nothing_ran_exits_3(capsys, monkeypatch):
     assert code == cli.EXIT_NOTHING_RAN
     assert "errors identical" not in out  # no empty table
     assert out.rstrip().endswith("NOTHING RAN: no selected backend can run here (see the skip reasons)")
+    with jax.enable_x64(False):
+        code, out, _ = run_main(capsys, "check", "--json", "--backend", "jax/xla", "--case", "one_request")
+    result = json.loads(out)
+    assert code == result["exit_code"] == cli.EXIT_NOTHING_RAN and result["error"] == result["verdict"]
 
 
 def test_a_failing_case_exits_1_and_is_named(capsys, monkeypatch):
@@ -208,11 +313,12 @@ def test_list_names_backends_and_cases(capsys):
 # -- missing frameworks and no GPU -------------------------------------------------
 
 
-def test_check_without_torch_or_jax_says_what_to_install_and_exits_3():
+def test_check_without_torch_or_jax_says_once_what_to_install_and_exits_3():
     code, out, err = run_blocked(["torch", "jax"], "check")
     assert code == cli.EXIT_NOTHING_RAN
-    assert "skipped torch/*: torch is not installed; install the tested CPU stack with pip install -e '.[cpu]'" in out
-    assert "skipped jax/*: jax is not installed" in out
+    assert "skipped torch/*: torch is not installed\n" in out and "skipped jax/*: jax is not installed\n" in out
+    assert f"install: {errors.install_hint(['torch', 'jax'])}" in out
+    assert out.count("pip install 'kv-canary[cpu]'") == 1 and "pip install 'kv-canary[torch,jax]'" in out
     assert "errors identical" not in out and "NOTHING RAN" in out
     assert "Triton's interpreter" not in err  # no note about a kernel that cannot run
 
@@ -222,8 +328,12 @@ def test_check_without_torch_runs_the_jax_backends_and_counts_the_skip():
     assert code == cli.EXIT_OK
     result = json.loads(out)
     assert list(result["runners"]) == ["jax/xla"]
-    assert "pip install -e '.[cpu]'" in result["skipped"]["torch/*"]
+    assert result["skipped"]["torch/*"] == "torch is not installed"
+    assert result["install"] == errors.install_hint(["torch"]) and "'kv-canary[torch]'" in result["install"]
     assert result["verdict"] == "OK: 1 backend ran, 1 skipped (torch/*); --strict fails on skips"
+    code, out, _ = run_blocked(["torch"], "check", "--list", "--backend", "torch")
+    assert "  torch/*  (cannot run here: torch is not installed)\n" in out
+    assert f"install: {errors.install_hint(['torch'])}\n" in out
 
 
 def test_a_framework_that_does_not_import_is_reported_not_raised():
@@ -236,13 +346,15 @@ def test_a_framework_that_does_not_import_is_reported_not_raised():
 
 
 @pytest.mark.parametrize("as_json", [False, True])
-def test_bench_without_frameworks_says_what_to_install_and_exits_3(as_json):
+def test_bench_without_frameworks_says_once_what_to_install_and_exits_3(as_json):
     code, out, err = run_blocked(["torch", "triton", "jax"], "bench", *(["--json"] if as_json else []))
     assert code == cli.EXIT_NOTHING_RAN
-    assert "torch is not installed; install the tested CPU stack with pip install -e '.[cpu]'" in err
+    reason = errors.not_installed(["torch", "triton", "jax"])
+    assert reason.startswith("torch, triton and jax are not installed; pip install 'kv-canary[cpu]'")
+    assert err.strip().endswith(f"kv-canary bench: nothing ran: {reason}")
+    assert err.count("pip install") == 2  # the hint once: the cpu extra, or torch,jax
     if as_json:
-        result = json.loads(out)
-        assert result["exit_code"] == cli.EXIT_NOTHING_RAN and "torch is not installed" in result["nothing_ran"]
+        assert json.loads(out) == {"ok": False, "exit_code": cli.EXIT_NOTHING_RAN, "error": f"nothing ran: {reason}"}
     else:
         assert out == ""
 
@@ -254,6 +366,6 @@ def test_bench_without_a_gpu_exits_3_and_honours_json(capsys, as_json):
     assert code == cli.EXIT_NOTHING_RAN
     assert cli.NO_GPU in err
     if as_json:
-        assert json.loads(out) == {"ok": False, "exit_code": cli.EXIT_NOTHING_RAN, "nothing_ran": cli.NO_GPU}
+        assert json.loads(out) == {"ok": False, "exit_code": cli.EXIT_NOTHING_RAN, "error": f"nothing ran: {cli.NO_GPU}"}
     else:
         assert out == ""
