@@ -102,11 +102,14 @@ A backend that cannot run here (framework not installed, no GPU, JAX x64 off
 through JAX_ENABLE_X64=0) is skipped and named with the reason; --strict
 makes any skip a failure."""
 
-BENCH_HELP = """Time every backend over sglang's benchmark grid plus larger and ragged
-cases: device time, host time per launch, and JAX wall time (method in
-kv_canary/bench.py). Needs a CUDA GPU, torch, triton and (unless --no-jax)
-jax. Takes several minutes (--quick: only cases of at most 2M tokens). On a
-TPU it times the Mosaic TPU kernel against XLA instead (jax only)."""
+BENCH_HELP = """Time every backend over sglang's benchmark grid plus larger, ragged and
+skewed cases: first the torch launcher's host time as a serving runtime calls
+it (shapes that change every call; kv_canary/bench_host.py), then device time
+and JAX wall time (method in kv_canary/bench.py). Needs a CUDA GPU, torch,
+triton and (unless --no-jax) jax. Takes several minutes (--quick: only cases
+of at most 2M tokens; --host: the host table alone, under a minute; --step:
+the JAX step bench alone, kv_canary/bench_step.py, a few minutes, jax only).
+On a TPU it times the Mosaic TPU kernel against XLA instead (jax only)."""
 
 NO_GPU = "no CUDA GPU (torch.cuda.is_available() is False); bench times the compiled kernels on a GPU"
 
@@ -369,7 +372,7 @@ def bench(args) -> int:
 
     if args.step:  # JAX alone: what the scatter adds to a jitted step like a server's (kv_canary.bench_step)
         if not installed("jax"):
-            return nothing_ran(args, missing_framework("jax"))
+            raise NothingRan(errors.not_installed(["jax"]))
         from kv_canary import bench_step
 
         return bench_step.main(["--json"] if args.json else [])
