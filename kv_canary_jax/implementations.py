@@ -82,6 +82,9 @@ MOSAIC_TPU_IN_DEFAULT = False
 # implementation=None on these platforms (DEFAULT elsewhere): on a TPU the
 # only kernel is the Mosaic TPU one.
 PLATFORM_DEFAULTS: dict[str, tuple[str, ...]] = {platforms.TPU: (MOSAIC_TPU, XLA)} if MOSAIC_TPU_IN_DEFAULT else {}
+# The kernels that run once per example under jax.vmap (each wraps itself in batching.per_example);
+# compute maps the checked mode's gate around them the same way.
+PER_EXAMPLE: tuple[str, ...] = (MOSAIC, MOSAIC_TPU)
 OPTION = "implementation"
 # The oldest GPU Mosaic GPU compiles for: Hopper (sm_90).
 MOSAIC_MIN_CAPABILITY = (9, 0)

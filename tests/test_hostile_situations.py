@@ -7,20 +7,25 @@ many threads, with temporaries bounded by the arguments' sizes.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
 import textwrap
 import threading
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from jax.experimental import checkify
 
+from kv_canary_jax import error_from_checkify, scatter_req_token_ids
 from kv_canary_torch import launch_scatter_req_token_ids_kernel, torch_backend
-from shared_spec import scatter_reference
+from shared_spec import errors, scatter_reference
 from tests.profiles import property_settings
-from tests.strategies import batches
+from tests.strategies import batches, sentinel_pool
 from tests.test_hostile_inputs import ROOT
 
 # -- 1. threads: Triton's interpreter keeps its launch state in module globals -------------------
@@ -135,3 +140,31 @@ def test_the_chunk_bound_grows_with_the_arguments_not_the_cells_written():
     assert torch_backend.chunk_cells(n_tokens=big, n_rows=1, width=1, bs=1) == big
     assert torch_backend.chunk_cells(n_tokens=1, n_rows=big, width=2, bs=1) == 2 * big
     assert torch_backend.chunk_cells(n_tokens=1, n_rows=1, width=1, bs=big) == big
+
+
+# -- 9. vmap of the checked mode, on every JAX implementation --------------------------------------
+
+
+@pytest.mark.parametrize("batched", ["pools", "rows"])
+def test_mosaic_tpu_checked_mode_under_vmap(batched):
+    """Once: NotImplementedError (IO effect not supported in vmap-of-cond), whichever argument was batched."""
+    flat_in, offsets = jnp.arange(100, 112), jnp.array([0, 3, 10, 12])
+    rows = jnp.array([2, 0, 3])
+    pool = jnp.asarray(sentinel_pool(4, 5, seed=21))
+    f = functools.partial(scatter_req_token_ids, implementation="mosaic_tpu", interpret=True, check_values=True)
+    if batched == "pools":
+        pools = jnp.stack([pool, pool - 50])
+        err, out = checkify.checkify(jax.jit(jax.vmap(f, in_axes=(None, None, None, 0))), errors=checkify.user_checks)(
+            flat_in, offsets, rows, pools
+        )
+        assert error_from_checkify(err) is None
+        for i in range(2):
+            np.testing.assert_array_equal(np.asarray(out[i]), scatter_reference(flat_in, offsets, rows, pools[i]))
+        return
+    stacked = jnp.stack([rows, jnp.array([2, 2, 3])])  # the second example repeats a row
+    err, out = checkify.checkify(jax.jit(jax.vmap(f, in_axes=(None, None, 0, None))), errors=checkify.user_checks)(
+        flat_in, offsets, stacked, pool
+    )
+    assert str(error_from_checkify(err)) == errors.ROW_REPEATED.format(j=1, row=2, i=0)
+    np.testing.assert_array_equal(np.asarray(out[0]), scatter_reference(flat_in, offsets, rows, pool))
+    np.testing.assert_array_equal(np.asarray(out[1]), np.asarray(pool))  # the failing example writes nothing
