@@ -24,9 +24,12 @@ kernel inside the compiled graph: ``fullgraph=True`` holds. An error of steps 1
 to 3 is recorded into the graph too (``op.record_error``) and raised, the
 spec's exception as it is, when the graph runs, before the kernel; an exception
 raised while tracing would reach a ``fullgraph=True`` caller only as the
-``__cause__`` of Dynamo's ``Unsupported``. (With ``dynamic=True`` a message
-holding a size, rank or offsets length, cannot be built while tracing: Dynamo
-cannot format a symbolic size, and stops with its own error.)
+``__cause__`` of Dynamo's ``Unsupported``. One check of step 1 is decided when
+the graph runs, not while tracing: an inference pool outside inference mode
+(``op.require_inference_mode``; Dynamo traces with inference mode off and does
+not guard it). (With ``dynamic=True`` a message holding a size, rank or
+offsets length, cannot be built while tracing: Dynamo cannot format a
+symbolic size, and stops with its own error.)
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from __future__ import annotations
 import torch
 
 from kv_canary_torch import backends, op, triton_launch
-from kv_canary_torch.checks import adopt_arguments, argument_error, fast_check
+from kv_canary_torch.checks import adopt_arguments, argument_error, compiled_fast_check, fast_check, is_inference
 from shared_spec import errors
 from shared_spec.checks import require_bool
 
@@ -80,14 +83,22 @@ def launch_scatter_req_token_ids_kernel(
 
 
 def _compiled(flat_in, offsets, req_pool_indices, pool_out, check_values, backend) -> None:
-    """The launcher as TorchDynamo traces it: the same steps, errors recorded into the graph (``op.record_error``)."""
+    """The launcher as TorchDynamo traces it: the same steps, errors recorded into the graph (``op.record_error``).
+
+    Step 1 is ``compiled_fast_check``'s: every argument check but one, the
+    inference pool, which only the running graph can decide
+    (``op.require_inference_mode``, put in for a pool that is an inference
+    tensor, ahead of a later error anchored on the same pool).
+    """
     arguments = (flat_in, offsets, req_pool_indices, pool_out)
-    if not fast_check(*arguments):
+    if not compiled_fast_check(*arguments):
         error = argument_error(*arguments)
         if error is not None:
             op.record_error(error, (pool_out, flat_in, offsets, req_pool_indices))
             return
         flat_in, offsets, req_pool_indices, pool_out = adopt_arguments(*arguments)
+    if is_inference(pool_out):
+        torch.ops.kv_canary.require_inference_mode(pool_out)
     try:
         implementation = _resolve(backend, pool_out)
         check_values = require_bool("check_values", check_values)

@@ -13,7 +13,10 @@ call in its graph as one opaque node (no graph break). The launcher calls
 ``run`` directly in eager mode -- custom-op dispatch costs host microseconds --
 and the op only while compiling. ``record_error`` puts an argument error into
 a compiled graph through a second op, ``kv_canary::raise_error``, so that the
-spec's exception reaches a ``fullgraph=True`` caller as it is.
+spec's exception reaches a ``fullgraph=True`` caller as it is;
+``require_inference_mode`` puts in a third, ``kv_canary::require_inference_mode``,
+which refuses an inference pool when the graph runs outside inference mode
+(the one check Dynamo cannot decide while tracing).
 
 Threads: Triton's interpreter (``TRITON_INTERPRET=1``, the CPU) keeps the
 launch in progress -- its grid index, and the patches it makes to
@@ -36,6 +39,7 @@ from kv_canary_torch.values import check_values as _check_values
 
 OP_QUALNAME = "kv_canary::scatter_req_token_ids"
 ERROR_QUALNAME = "kv_canary::raise_error"
+INFERENCE_QUALNAME = "kv_canary::require_inference_mode"
 # The exception classes a recorded error may have (raise_error refuses any other name).
 _ERROR_CLASSES = {cls.__name__: cls for cls in (errors.KvCanaryTypeError, errors.KvCanaryValueError)}
 
@@ -119,3 +123,22 @@ def record_error(error: Exception, arguments) -> None:
     if anchor is None:
         raise error
     torch.ops.kv_canary.raise_error(anchor, type(error).__name__, str(error))
+
+
+@torch.library.custom_op(INFERENCE_QUALNAME, mutates_args={"pool_out"})
+def require_inference_mode(pool_out: torch.Tensor) -> None:
+    """Raise the spec's ``errors.WRITE_INFERENCE`` unless inference mode is on when the graph runs; writes nothing.
+
+    The launcher's compiled path puts this node before the scatter for a pool
+    that was an inference tensor when traced (Dynamo traces with inference
+    mode off and does not guard it, so only the running graph can tell).
+    ``pool_out`` is declared mutated only so that the node stays in the graph,
+    ahead of the scatter that writes the same pool.
+    """
+    if not torch.is_inference_mode_enabled():
+        raise errors.value_error(errors.NOT_WRITABLE, reason=errors.WRITE_INFERENCE)
+
+
+@require_inference_mode.register_fake
+def _(pool_out) -> None:
+    return None
