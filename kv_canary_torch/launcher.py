@@ -74,7 +74,7 @@ def launch_scatter_req_token_ids_kernel(
     if not fast_check(flat_in, offsets, req_pool_indices, pool_out):
         # A failing check raises here; another framework's arrays come back as tensors.
         flat_in, offsets, req_pool_indices, pool_out = adopt_arguments(flat_in, offsets, req_pool_indices, pool_out)
-    implementation = _resolve(backend, pool_out)
+    implementation = _resolve(backend, pool_out, flat_in, offsets, req_pool_indices)
     if check_values is not False and check_values is not True:  # two identity tests on the hot path
         check_values = require_bool("check_values", check_values)
     _run(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation)
@@ -100,7 +100,7 @@ def _compiled(flat_in, offsets, req_pool_indices, pool_out, check_values, backen
     if is_inference(pool_out):
         torch.ops.kv_canary.require_inference_mode(pool_out)
     try:
-        implementation = _resolve(backend, pool_out)
+        implementation = _resolve(backend, pool_out, flat_in, offsets, req_pool_indices)
         check_values = require_bool("check_values", check_values)
     except (errors.KvCanaryTypeError, errors.KvCanaryValueError) as error:  # the spec's backend and flag errors
         op.record_error(error, (pool_out, flat_in, offsets, req_pool_indices))

@@ -111,6 +111,11 @@ TRITON_NEEDS_CUDA = (
     "Triton kernels need CUDA tensors; on the CPU they run only in Triton's interpreter, "
     "which needs TRITON_INTERPRET=1 set before the first Triton launch (or pass backend='torch')"
 )
+# Reason for CHOICE_UNAVAILABLE (backend="triton" or "pallas" on tensors wrapped by a torch.func transform).
+TORCH_FUNC_TRANSFORMED = (
+    "its kernel reads the tensors' memory, which the tensors of a torch.func transform (vmap, grad, ...) "
+    "do not have; pass backend='torch' (or 'auto', which runs it there)"
+)
 # pack_token_ids: one request's token ids are not a 1-D sequence of integers.
 PACK_NOT_TOKEN_IDS = (
     "kv-canary: pack_token_ids token_lists[{index}] must be a 1-D sequence of integers, got {what}"

@@ -5,11 +5,18 @@ the reference's pool or raises the spec's exception, the two frontends raise
 the same class with a byte-identical message, and a refused call leaves every
 pool as it was. Here: tensors that are not plain strided memory (sparse,
 nested, meta, lazily negated or conjugated views), numpy masked arrays and
-zero-itemsize pools, deleted JAX arrays, inference pools.
+zero-itemsize pools, deleted JAX arrays, inference pools, tensors inside a
+``torch.func`` transform, and ``backend=``/``implementation=`` values that are
+not names. The last test runs the same families through the C launcher's
+remembered-signature path on a GPU.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 import warnings
 
 import jax
@@ -18,12 +25,12 @@ import numpy as np
 import pytest
 import torch
 
-from kv_canary_jax import scatter_req_token_ids
-from kv_canary_torch import launch_scatter_req_token_ids_kernel
+from kv_canary_jax import IMPLEMENTATIONS, scatter_req_token_ids
+from kv_canary_torch import BACKENDS, launch_scatter_req_token_ids_kernel
 from shared_spec import errors, scatter_reference
 from shared_spec.arguments import ARGUMENT_NAMES
 from tests.strategies import sentinel_pool
-from tests.test_hostile_inputs import FLAT_IN, OFFSETS, ROWS
+from tests.test_hostile_inputs import FLAT_IN, OFFSETS, ROOT, ROWS
 
 P = errors.PREFIX
 # Every torch backend runs here: Triton in its interpreter, Pallas in its interpreter (tests/conftest.py).
@@ -247,3 +254,176 @@ def test_an_inference_pool_inside_inference_mode_is_written(backend):
         pool = torch.from_numpy(_pool()).clone()
         launch_scatter_req_token_ids_kernel(**dict(zip(ARGUMENT_NAMES, (*_tensors()[:3], pool))), backend=backend)
     np.testing.assert_array_equal(pool.numpy(), _expected())
+
+
+# -- torch.func transforms: torch's tensor ops follow them, the kernels cannot ------------------
+
+
+def _vmapped(backend, batched_flat_in: bool):
+    flat, offsets, rows, _ = _tensors()
+    pools = torch.from_numpy(np.stack([_pool(), _pool() - 100]))
+
+    def one(flat_in, pool):
+        launch_scatter_req_token_ids_kernel(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=pool, backend=backend)
+        return pool
+
+    if batched_flat_in:
+        return pools, lambda: torch.func.vmap(one)(torch.stack([flat, flat + 1000]), pools)
+    return pools, lambda: torch.func.vmap(one, in_dims=(None, 0))(flat, pools)
+
+
+@pytest.mark.parametrize("batched_flat_in", [False, True], ids=["pools", "pools-and-tokens"])
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+def test_under_torch_func_vmap_the_torch_path_runs(backend, batched_flat_in):
+    pools, call = _vmapped(backend, batched_flat_in)
+    expected = [_expected(_pool()), _expected(_pool() - 100)]
+    if batched_flat_in:
+        expected[1] = scatter_reference(FLAT_IN + 1000, OFFSETS, ROWS, _pool() - 100)
+    call()
+    for got, want in zip(pools, expected):
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+@pytest.mark.parametrize("batched_flat_in", [False, True], ids=["pools", "pools-and-tokens"])
+@pytest.mark.parametrize("backend", ["triton", "pallas"])
+def test_under_torch_func_vmap_the_kernels_say_they_cannot_run(backend, batched_flat_in):
+    pools, call = _vmapped(backend, batched_flat_in)
+    before = pools.clone()
+    with pytest.raises(errors.KvCanaryValueError) as info:
+        call()
+    assert str(info.value) == errors.unavailable_error("backend", backend, errors.TORCH_FUNC_TRANSFORMED).args[0]
+    assert torch.equal(pools, before)
+
+
+# -- backend= and implementation= that are not names: the spec's choice error ------------------
+
+NOT_NAMES = [
+    np.array(["torch"]),
+    np.array(["torch", "auto"]),
+    np.array("torch"),
+    b"torch",
+    {"torch": 1},
+    3,
+]
+
+
+@pytest.mark.parametrize("value", NOT_NAMES, ids=lambda v: type(v).__name__ + str(np.shape(v)))
+def test_a_backend_that_is_not_a_str_gets_the_choice_error(value):
+    message = errors.choice_error("backend", value, BACKENDS).args[0]
+    assert message.startswith(f"{P} unknown backend ")
+    with pytest.raises(errors.KvCanaryValueError) as info:
+        launch_scatter_req_token_ids_kernel(**dict(zip(ARGUMENT_NAMES, _tensors())), backend=value)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    "value, bad",
+    [
+        (np.array(["xla"]), None),
+        (np.array(["xla", "pallas"]), None),
+        (np.array("xla"), None),
+        (iter(["xla"]), None),
+        (["xla", np.array(["xla"])], 1),  # a sequence whose second entry is not a name
+        ({"xla": 1}, None),
+    ],
+    ids=["array-1", "array-2", "array-0d", "iterator", "list-with-array", "dict"],
+)
+def test_an_implementation_that_is_not_a_name_or_a_sequence_of_names_gets_the_choice_error(value, bad):
+    named = value if bad is None else value[bad]
+    message = errors.choice_error("implementation", named, IMPLEMENTATIONS).args[0]
+    with pytest.raises(errors.KvCanaryValueError) as info:
+        scatter_req_token_ids(FLAT_IN, OFFSETS, ROWS, _pool(), implementation=value)
+    assert str(info.value) == message
+
+
+def test_str_subclasses_and_sequences_of_names_still_choose():
+    from kv_canary_torch import backends
+
+    pool = torch.from_numpy(_pool())
+    launch_scatter_req_token_ids_kernel(**dict(zip(ARGUMENT_NAMES, (*_tensors()[:3], pool))), backend=np.str_("torch"))
+    np.testing.assert_array_equal(pool.numpy(), _expected())
+    # The backend cache holds plain names: TorchDynamo, which reads it while tracing, cannot wrap a numpy.str_.
+    assert all(type(name) is str for name, _ in backends._resolved)
+    for implementation in (np.str_("xla"), ["xla"], ("pallas", "xla")):
+        got = scatter_req_token_ids(FLAT_IN, OFFSETS, ROWS, _pool(), implementation=implementation, interpret=True)
+        np.testing.assert_array_equal(np.asarray(got), _expected())
+
+
+# -- on the GPU: a remembered signature never lets a refused input through ----------------------
+
+# Each family: a valid CUDA call twice (the second goes through the C launcher's remembered
+# signature), then the same signature with an input that must be refused, which must raise the
+# spec's error and leave the pool as it was. Run once with the C++ tensor reader and once through
+# torch's Python getters (KV_CANARY_TENSOR_READER=0): both read the signatures.
+_REMEMBERED_SIGNATURE = textwrap.dedent(
+    """
+    import numpy as np, torch
+    from kv_canary_torch import launch_scatter_req_token_ids_kernel as launch, triton_launch
+    from shared_spec import errors, scatter_reference
+    from tests.strategies import sentinel_pool
+
+    flat_np, offsets_np, rows_np = np.arange(100, 112), np.array([0, 3, 10, 12]), np.array([2, 0, 3])
+    cuda = lambda a: torch.from_numpy(np.asarray(a, dtype=np.int64)).cuda()
+    flat, offsets, rows = cuda(flat_np), cuda(offsets_np), cuda(rows_np)
+    fresh = lambda: torch.from_numpy(sentinel_pool(4, 5, seed=3)).cuda()
+    expected = scatter_reference(flat_np, offsets_np, rows_np, sentinel_pool(4, 5, seed=3))
+
+    def call(flat_in=flat, offsets=offsets, pool_out=None):
+        launch(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=pool_out)
+
+    def refused(message, **changed):
+        pool = changed.get("pool_out")
+        before = None if pool is None else pool.resolve_neg().clone()
+        try:
+            call(**changed)
+        except (errors.KvCanaryTypeError, errors.KvCanaryValueError) as error:
+            assert str(error) == message, (str(error), message)
+        else:
+            raise AssertionError("not refused: " + message)
+        if before is not None:
+            assert torch.equal(pool.resolve_neg(), before), message
+
+    def remember():
+        for _ in range(3):  # the first call binds the launch; the next ones take the remembered signature
+            pool = fresh()
+            call(pool_out=pool)
+            assert (pool.cpu().numpy() == expected).all()
+
+    triton_launch.settle()  # the C++ reader, where it builds, is loaded before the first call
+    remember()
+    with torch.inference_mode():
+        inference_pool = fresh()
+    refused(errors.NOT_WRITABLE.format(reason=errors.WRITE_INFERENCE), pool_out=inference_pool)
+    with torch.inference_mode():  # inside inference mode the same pool is written
+        call(pool_out=inference_pool)
+    assert (inference_pool.cpu().numpy() == expected).all()
+    remember()
+    refused(errors.NEGATIVE_BIT.format(arg="flat_in"), flat_in=torch._neg_view(-flat), pool_out=fresh())
+    remember()
+    refused(errors.NEGATIVE_BIT.format(arg="pool_out"), pool_out=torch._neg_view(fresh()))
+    remember()
+    refused(errors.NOT_STRIDED.format(arg="offsets", layout="sparse_coo"), offsets=offsets.to_sparse(), pool_out=fresh())
+    remember()
+    refused(errors.NOT_STRIDED.format(arg="pool_out", layout="sparse_coo"), pool_out=fresh().to_sparse())
+    remember()
+    pools = torch.stack([fresh(), fresh()])  # each example's pool has the remembered signature
+    torch.func.vmap(lambda pool: call(pool_out=pool) or pool)(pools)  # auto runs the torch path under vmap
+    assert all((p.cpu().numpy() == expected).all() for p in pools)
+    print("families ok")
+    """
+)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("reader", ["tensor-reader", "python-getters"])
+def test_the_remembered_signature_path_refuses_what_the_checks_refuse(reader):
+    from kv_canary_arrays.frameworks import cuda_available
+
+    if not cuda_available():
+        pytest.skip("needs a CUDA GPU")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if reader == "python-getters":
+        env["KV_CANARY_TENSOR_READER"] = "0"
+    done = subprocess.run([sys.executable, "-c", _REMEMBERED_SIGNATURE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "families ok" in done.stdout
