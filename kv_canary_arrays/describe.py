@@ -170,18 +170,25 @@ def torch_inference_outside_mode(x) -> bool:
 def torch_writable(pool) -> bool:
     """True when no two cells of the 2-D tensor ``pool`` share memory (so it can be written in place).
 
-    Two sufficient shortcuts answer the usual layouts in one or two C++ calls
-    and stay traceable by TorchDynamo under dynamic shapes: a contiguous
-    tensor, and rows of unit-stride columns spaced at least a row apart (a
-    column slice of a wider pool). Every other layout goes to the spec's
-    ``cells_overlap``. The torch frontend's fast check calls it on every launch.
+    Sufficient shortcuts answer the usual layouts in a few C++ calls and stay
+    traceable by TorchDynamo under dynamic shapes: a contiguous tensor; rows
+    of unit-stride columns spaced at least a row apart (a column slice of a
+    wider pool); and any positive strides where one dimension's whole extent
+    fits inside one step of the other (``s1 * C <= s0`` or ``s0 * R <= s1``:
+    a transposed pool, most ``as_strided`` views), each one comparison that
+    Dynamo turns into a guard. Every other layout goes to the spec's
+    ``cells_overlap`` (whose Euclid loop Dynamo traces too, specializing on
+    the strides). The torch frontend's fast check calls it on every launch.
     Whether torch lets the tensor be written at all (an inference tensor) is
     ``torch_inference_outside_mode``'s question, not this one's.
     """
     if pool.is_contiguous():
         return True
     stride_row, stride_col = pool.stride()
-    if stride_col == 1 and stride_row >= pool.shape[1]:
+    n_rows, width = pool.shape
+    if stride_col == 1 and stride_row >= width:
+        return True
+    if stride_row >= 1 and stride_col >= 1 and (stride_col * width <= stride_row or stride_row * n_rows <= stride_col):
         return True
     return not cells_overlap(pool.shape, (stride_row, stride_col))
 

@@ -26,10 +26,10 @@ inference mode off, refuses ``is_inference()``, and guards grad mode, not
 inference mode): the launcher's compiled path asks ``is_inference`` of the
 real pool while tracing and, for an inference pool, puts a node into the
 graph that asks for inference mode when the graph runs
-(``op.require_inference_mode``). One corner does not trace: a pool layout
-that is neither contiguous nor a column slice reaches ``cells_overlap``,
-whose ``math.gcd`` Dynamo cannot trace on symbolic (dynamic-shape) sizes;
-with static shapes it folds like the rest.
+(``op.require_inference_mode``). A pool layout that none of
+``torch_writable``'s shortcuts answers reaches ``cells_overlap``, whose
+Euclid loop Dynamo traces with dynamic shapes too, specializing on the
+pool's strides.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ implementation is safe to call from several threads at once.
 from __future__ import annotations
 
 import threading
+from typing import Optional
 
 import torch
 
@@ -94,35 +95,57 @@ def _(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation
     return None
 
 
-@torch.library.custom_op(ERROR_QUALNAME, mutates_args={"anchor"})
-def raise_error(anchor: torch.Tensor, kind: str, message: str) -> None:
+@torch.library.custom_op(ERROR_QUALNAME, mutates_args=())
+def raise_error(kind: str, message: str, after: Optional[torch.Tensor]) -> None:
     """Raise the spec's exception ``kind`` with ``message`` when a compiled graph runs this node.
 
-    ``anchor`` is one of the call's tensors, declared mutated (and never
-    written) only so that the node is ordered with the call's other uses of it
-    and never dropped as dead code.
+    Registered as an ordered side effect (below), so the graph keeps the node
+    although nothing uses its result, without a tensor to hang it on: the
+    call's tensors may be ones a graph cannot take as a mutated operand
+    (overlapping, on meta, with no tensor at all). ``after``, a tensor the
+    node reads, orders it after that tensor's earlier writers in the graph
+    (``require_inference_mode``'s, for an inference pool); None otherwise.
     """
     raise _ERROR_CLASSES[kind](message)
 
 
 @raise_error.register_fake
-def _(anchor, kind, message) -> None:
+def _(kind, message, after) -> None:
     return None
 
 
-def record_error(error: Exception, arguments) -> None:
+def _register_side_effect(op) -> bool:
+    """Mark ``op`` an ordered side effect, so graph passes keep it and keep its order; False where this torch cannot.
+
+    ``torch._higher_order_ops.effects`` is private; it has held this function,
+    taking an OpOverload, for many releases (torch registers its own print op
+    through it), and where it no longer does, errors are raised while tracing.
+    """
+    try:
+        from torch._higher_order_ops.effects import _EffectType, _register_effectful_op
+
+        _register_effectful_op(op._opoverload, _EffectType.ORDERED)
+    except (ImportError, AttributeError, TypeError, AssertionError):  # pragma: no cover - a torch that moved it
+        return False
+    return True
+
+
+# Whether raise_error survives into a compiled graph; where it cannot, record_error raises while tracing.
+ERRORS_IN_GRAPH = _register_side_effect(raise_error)
+
+
+def record_error(error: Exception, after: torch.Tensor | None = None) -> None:
     """Under ``torch.compile``: put ``error`` into the graph, to be raised when the graph runs.
 
     An exception raised while Dynamo traces reaches a ``fullgraph=True`` caller
     as Dynamo's own ``Unsupported`` (the spec's exception only its
-    ``__cause__``); one raised by a graph node reaches the caller as it is. The
-    anchor is the first contiguous tensor among ``arguments``; with none (no
-    tensor argument at all), the error is raised now, while tracing.
+    ``__cause__``); one raised by a graph node reaches the caller as it is
+    (``after``: see ``raise_error``). Where this torch cannot keep the node
+    (``ERRORS_IN_GRAPH`` False), the error is raised now, while tracing.
     """
-    anchor = next((a for a in arguments if isinstance(a, torch.Tensor) and a.is_contiguous()), None)
-    if anchor is None:
+    if not ERRORS_IN_GRAPH:
         raise error
-    torch.ops.kv_canary.raise_error(anchor, type(error).__name__, str(error))
+    torch.ops.kv_canary.raise_error(type(error).__name__, str(error), after)
 
 
 @torch.library.custom_op(INFERENCE_QUALNAME, mutates_args={"pool_out"})

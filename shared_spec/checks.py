@@ -11,7 +11,6 @@ and describes the arguments only when that predicate says something is wrong.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Callable, Mapping
 
 import numpy as np
@@ -155,8 +154,15 @@ def cells_overlap(shape, strides) -> bool:
         return True
     # Cells (r, c) and (r + a, c - b) share memory when a * s0 == b * s1; the
     # smallest such a, b > 0 are s1 / g and s0 / g with g = gcd(s0, s1).
-    g = math.gcd(s0, s1)
+    g = _gcd(s0, s1)
     return s1 // g < rows and s0 // g < cols
+
+
+def _gcd(a: int, b: int) -> int:
+    """``math.gcd`` of two positive ints, spelled out: TorchDynamo traces this loop on symbolic sizes, not ``math.gcd``."""
+    while b:
+        a, b = b, a % b
+    return a
 
 
 @dataclasses.dataclass(frozen=True)
