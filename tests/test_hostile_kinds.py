@@ -373,7 +373,7 @@ _REMEMBERED_SIGNATURE = textwrap.dedent(
 
     def refused(message, **changed):
         pool = changed.get("pool_out")
-        before = None if pool is None else pool.resolve_neg().clone()
+        before = pool.resolve_neg().clone() if pool is not None and pool.layout == torch.strided else None
         try:
             call(**changed)
         except (errors.KvCanaryTypeError, errors.KvCanaryValueError) as error:
