@@ -19,7 +19,6 @@ Nothing here touches array data; JAX is imported only by the JAX questions.
 
 from __future__ import annotations
 
-import functools
 import sys
 
 CPU, CUDA = "cpu", "cuda"
@@ -29,13 +28,20 @@ def torch_device_name(tensor) -> str:
     return str(tensor.device)
 
 
-@functools.cache
+_tracer = None  # jax's Tracer class, looked up at the first question
+
+
 def _tracer_class():
-    try:  # public in every JAX this supports; the fallback guards against a later move
-        from jax.core import Tracer
-    except ImportError:  # pragma: no cover
-        from jax._src.core import Tracer
-    return Tracer
+    # A global rather than functools.cache: TorchDynamo, tracing a torch caller that passes a JAX
+    # array, warns about every cache-wrapped function it meets.
+    global _tracer
+    if _tracer is None:
+        try:  # public in every JAX this supports; the fallback guards against a later move
+            from jax.core import Tracer
+        except ImportError:  # pragma: no cover
+            from jax._src.core import Tracer
+        _tracer = Tracer
+    return _tracer
 
 
 def is_tracer(x) -> bool:

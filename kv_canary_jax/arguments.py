@@ -9,7 +9,9 @@ numpy arrays and torch tensors alike, with the dtype JAX would give it). With x6
 ``errors.X64_NOTE`` (``e.add_note``; ``str(e)`` is unchanged). Only shapes,
 dtypes and devices are read, so under ``jax.jit`` the checks run once, while
 tracing, and cost nothing per call; nothing is written either way. JAX arrays
-are functional, so the ``writable`` check never fails here.
+are functional, so the ``writable`` check never fails here; the storage check
+refuses a deleted (donated) array, and numpy masked arrays and torch tensors
+that are not plain strided memory, as the torch frontend does.
 
 The passing path for JAX arrays is one generated boolean expression
 (``fast_check``, built by ``shared_spec.checks.compile_fast_check`` from
@@ -28,7 +30,7 @@ from kv_canary_arrays.describe import JAX, describe, jax_x64_enabled
 from kv_canary_jax import platforms
 from shared_spec import errors
 from shared_spec.arguments import ARGUMENT_NAMES
-from shared_spec.checks import Dialect, NotAnArray, compile_fast_check, first_error
+from shared_spec.checks import Dialect, NotAnArray, compile_fast_check, first_error, storage_error
 
 
 def same_device(x, y) -> bool:
@@ -39,13 +41,16 @@ def same_device(x, y) -> bool:
 
 JAX_DIALECT = Dialect(
     is_array="isinstance({x}, Array)",
+    # A jax.Array is strided and holds its values, unless it was deleted (donated); a tracer has no buffer to lose.
+    storage="(is_tracer({x}) or not {x}.is_deleted())",
+    has_data=None,
     rank="{x}.ndim",
     dtype_is="{x}.dtype == {dtype}",
     length="{x}.shape[0]",
     same_device="same_device({x}, {y})",
     writable=None,
     dtype_object=np.dtype,
-    namespace={"Array": jax.Array, "same_device": same_device},
+    namespace={"Array": jax.Array, "is_tracer": platforms.is_tracer, "same_device": same_device},
 )
 
 # fast_check(flat_in, offsets, req_pool_indices, pool_out) -> bool
@@ -60,8 +65,9 @@ def check_arguments(flat_in, offsets, req_pool_indices, pool_out) -> tuple:
     views = {name: describe(x, frontend=JAX) for name, x in zip(ARGUMENT_NAMES, values)}
     error = first_error(views)
     if error is not None:
+        # The type errors of the array and storage checks come first; after them, a type error is a dtype one.
         is_dtype_error = isinstance(error, errors.KvCanaryTypeError) and not any(
-            isinstance(v, NotAnArray) for v in views.values()
+            isinstance(v, NotAnArray) or storage_error(name, v) is not None for name, v in views.items()
         )
         if is_dtype_error and not jax_x64_enabled():
             error.add_note(errors.X64_NOTE)

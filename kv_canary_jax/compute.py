@@ -13,7 +13,9 @@ Contract:
   jitted call on JAX arrays of one device (or one device's block under
   ``shard_map``): the planned implementation, chosen per platform when
   lowering; with ``staged``, gated by the value rules (``checked.staged_checks``:
-  the pool comes back unchanged when one fails).
+  the pool comes back unchanged when one fails; around the kernels that run
+  once per example under ``vmap``, ``implementations.PER_EXAMPLE``, the gate
+  runs per example too).
 
 ``api`` calls these for one device, ``sharded`` inside ``shard_map`` for each
 device's block; neither imports the other's private parts.
@@ -26,7 +28,7 @@ import functools
 import jax
 from jax import lax
 
-from kv_canary_jax import checked, implementations, platforms, xla
+from kv_canary_jax import batching, checked, implementations, platforms, xla
 from shared_spec.checks import require_bool
 
 
@@ -75,4 +77,12 @@ def scatter(flat_in, offsets, rows, pool, *, plan, interpret, staged):
     if not staged:
         return write(flat_in, offsets, rows, pool)
     ok = checked.staged_checks(offsets, rows, flat_in.shape[0], pool.shape[0])
-    return lax.cond(ok, write, lambda *args: args[3], flat_in, offsets, rows, pool)
+
+    def gate(ok, flat_in, offsets, rows, pool):
+        return lax.cond(ok, write, lambda *args: args[3], flat_in, offsets, rows, pool)
+
+    if any(name in implementations.PER_EXAMPLE for _, name in plan):
+        # Under vmap, JAX batches a cond into a select of both branches, which it refuses for a branch
+        # with IO effects (Mosaic TPU's interpret mode): map the gate per example, as the kernel is.
+        gate = batching.per_example(gate)
+    return gate(ok, flat_in, offsets, rows, pool)

@@ -24,7 +24,9 @@ on JAX's default platform. Neither reads data.
   TPUs; on any platform with ``interpret=True`` (Pallas's TPU interpreter).
   Where ``jax.experimental.pallas.tpu`` does not import, it is unavailable
   with the import error as the reason (``MOSAIC_TPU_NOT_IMPORTABLE``).
-- a sequence: the first name that can run.
+- a sequence (a ``collections.abc.Sequence`` of names: a tuple or a list,
+  not a numpy array): the first name that can run. Anything else that is not
+  a ``str`` is refused with ``errors.choice_error``, before any membership test.
 - None: the platform's entry in ``PLATFORM_DEFAULTS`` (on a TPU:
   ``("mosaic_tpu", "xla")`` once ``MOSAIC_TPU_IN_DEFAULT`` is True, after a
   run on a real TPU), else ``DEFAULT``: ``("mosaic", "pallas", "xla")``. A
@@ -53,6 +55,7 @@ argument); platform None is the default branch.
 
 from __future__ import annotations
 
+import collections.abc
 import functools
 import importlib
 
@@ -85,6 +88,9 @@ MOSAIC_TPU_IN_DEFAULT = False
 # implementation=None on these platforms (DEFAULT elsewhere): on a TPU the
 # only kernel is the Mosaic TPU one.
 PLATFORM_DEFAULTS: dict[str, tuple[str, ...]] = {platforms.TPU: (MOSAIC_TPU, XLA)} if MOSAIC_TPU_IN_DEFAULT else {}
+# The kernels that run once per example under jax.vmap (each wraps itself in batching.per_example);
+# compute maps the checked mode's gate around them the same way.
+PER_EXAMPLE: tuple[str, ...] = (MOSAIC, MOSAIC_TPU)
 OPTION = "implementation"
 # The oldest GPU Mosaic GPU compiles for: Hopper (sm_90).
 MOSAIC_MIN_CAPABILITY = (9, 0)
@@ -99,17 +105,18 @@ def requested(implementation, platform: str | None = None) -> tuple[tuple[str, .
     if isinstance(implementation, str):
         if implementation not in IMPLEMENTATIONS:
             raise errors.choice_error(OPTION, implementation, IMPLEMENTATIONS)
-        return (implementation,), True
-    try:
-        names = tuple(implementation)
-    except TypeError:
-        raise errors.choice_error(OPTION, implementation, IMPLEMENTATIONS) from None
+        return (str(implementation),), True  # a plain str, also for a subclass (numpy.str_): plans are jit keys
+    # A sequence of names, not any iterable: a numpy array of names is not a Sequence (and its
+    # membership tests are arrays); a generator would be spent by the first platform's plan.
+    if not isinstance(implementation, collections.abc.Sequence):
+        raise errors.choice_error(OPTION, implementation, IMPLEMENTATIONS)
+    names = tuple(implementation)
     if not names:
         raise errors.choice_error(OPTION, implementation, IMPLEMENTATIONS)
     for name in names:
         if not isinstance(name, str) or name not in IMPLEMENTATIONS:
             raise errors.choice_error(OPTION, name, IMPLEMENTATIONS)
-    return names, False
+    return tuple(str(name) for name in names), False
 
 
 def unavailable_reason(name: str, platform: str, interpret: bool) -> str | None:

@@ -1,11 +1,13 @@
 """Choosing a backend: ``backend="auto" | "triton" | "torch"``.
 
-Contract: ``resolve(backend, pool_out) -> "triton" | "torch"`` names the
-implementation that will run, or raises ``errors.choice_error`` (unknown name)
-or ``errors.unavailable_error`` (a known backend that cannot run on
-``pool_out``'s device here). It reads only the device type of ``pool_out``
-(the argument checks have already put every argument there) and never touches
-data.
+Contract: ``resolve(backend, pool_out, *inputs) -> "triton" | "torch" | "pallas"``
+names the implementation that will run, or raises ``errors.choice_error``
+(``backend`` is not one of ``BACKENDS``: an unknown name, or not a ``str`` at
+all, such as a numpy array of names) or ``errors.unavailable_error`` (a known
+backend that cannot run on these tensors here). It reads the device type of
+``pool_out`` (the argument checks have already put every argument there) and,
+only inside a ``torch.func`` transform, whether ``pool_out`` or one of
+``inputs`` is one of its wrapped tensors; it never touches data.
 
 - ``"auto"``: Triton for CUDA tensors (when triton is installed), the
   vectorized torch path for every other device.
@@ -14,6 +16,11 @@ data.
   variable when a kernel is defined, so the kernel module is imported lazily,
   at the first Triton use).
 - ``"torch"``: any device torch runs on.
+- inside a ``torch.func`` transform (``vmap``, ``grad``, ...), on its wrapped
+  tensors: only ``"torch"``, whose tensor ops the transform follows; the
+  kernels of ``"triton"`` and ``"pallas"`` read the tensors' memory, which
+  wrapped tensors do not have (``errors.TORCH_FUNC_TRANSFORMED``), and
+  ``"auto"`` runs ``"torch"``.
 - ``"pallas"``: the JAX frontend's Pallas kernel on these tensors, moved
   through DLPack (``pallas_backend``): CUDA tensors run the compiled kernel,
   CPU tensors Pallas' interpreter. Needs jax installed (not x64: the backend
@@ -33,7 +40,7 @@ import torch
 from shared_spec import errors
 
 BACKENDS: tuple[str, ...] = ("auto", "triton", "torch", "pallas")
-TRITON, TORCH, PALLAS = "triton", "torch", "pallas"
+AUTO, TRITON, TORCH, PALLAS = "auto", "triton", "torch", "pallas"
 
 _HAVE_TRITON = importlib.util.find_spec("triton") is not None
 _HAVE_JAX = importlib.util.find_spec("jax") is not None
@@ -66,10 +73,27 @@ def _resolve_uncached(backend: str, device_type: str) -> tuple[str | None, str |
     return (TRITON, None) if device_type == "cuda" and _HAVE_TRITON else (TORCH, None)
 
 
-def resolve(backend, pool_out: torch.Tensor) -> str:
-    """The implementation to run for ``backend`` on ``pool_out``'s device, or raise."""
-    if backend not in BACKENDS:  # tuple membership: safe for unhashable values
+def _transformed(tensors) -> bool:
+    """Whether one of ``tensors`` is wrapped by a ``torch.func`` transform (one C++ call when none is active)."""
+    if not torch._C._are_functorch_transforms_active():
+        return False
+    return any(torch._C._functorch.is_functorch_wrapped_tensor(t) for t in tensors)
+
+
+def resolve(backend, pool_out: torch.Tensor, *inputs: torch.Tensor) -> str:
+    """The implementation to run for ``backend`` on ``pool_out``'s device, or raise (see the module docstring)."""
+    if type(backend) is not str:
+        # A str first: a membership test on another object (a numpy array of names) is an array, not a
+        # bool. A str subclass (numpy.str_) is its plain str, which is what the cache below may hold.
+        if not isinstance(backend, str):
+            raise errors.choice_error("backend", backend, BACKENDS)
+        backend = str(backend)
+    if backend not in BACKENDS:
         raise errors.choice_error("backend", backend, BACKENDS)
+    if backend != TORCH and _transformed((pool_out, *inputs)):
+        if backend == AUTO:
+            return TORCH
+        raise errors.unavailable_error("backend", backend, errors.TORCH_FUNC_TRANSFORMED)
     if backend == PALLAS:
         if not _HAVE_JAX:
             raise errors.unavailable_error("backend", backend, errors.PALLAS_NEEDS_JAX)

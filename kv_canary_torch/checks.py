@@ -10,30 +10,44 @@ exception instead of raising it. Nothing is written either way.
 
 The passing path is one generated boolean expression (``fast_check``, compiled
 once at import from ``TORCH_DIALECT`` by ``shared_spec.checks.compile_fast_check``):
-about a microsecond and a half on a CPU, no allocation. Only when it is False
+about two and a half microseconds on a CPU, no allocation. Only when it is False
 are the arguments described as ``ArrayView``/``NotAnArray`` for the spec's
 exact checker, which builds the message.
 
-Everything on the passing path is traceable by TorchDynamo (isinstance,
-``dim()``, ``dtype``, ``shape``, ``device``, ``is_contiguous()``, ``stride()``),
-so the checks run under ``torch.compile`` too and fold into Dynamo's guards.
-One corner is not: a pool layout that is neither contiguous nor a column slice
-reaches ``cells_overlap``, whose ``math.gcd`` Dynamo cannot trace on symbolic
-(dynamic-shape) sizes; with static shapes it folds like the rest.
+Under ``torch.compile`` the launcher runs ``compiled_fast_check``, the same
+checks spelled for TorchDynamo (``COMPILED_DIALECT``): isinstance, ``layout``,
+``is_nested``, ``is_meta``, ``dim()``, ``dtype``, ``shape``, ``device``,
+``is_contiguous()`` and ``stride()`` trace and fold into Dynamo's guards;
+``is_neg()``/``is_conj()`` do not, and ``torch_lazy_bit`` reads both bits
+from the dispatch keys instead, which Dynamo answers from the traced tensor's
+fake and guards on. The one check it leaves out is an inference pool outside
+inference mode, which Dynamo cannot decide while tracing (it compiles with
+inference mode off, refuses ``is_inference()``, and guards grad mode, not
+inference mode): the launcher's compiled path asks ``is_inference`` of the
+real pool while tracing and, for an inference pool, puts a node into the
+graph that asks for inference mode when the graph runs
+(``op.require_inference_mode``). A pool layout that none of
+``torch_writable``'s shortcuts answers reaches ``cells_overlap``, whose
+Euclid loop Dynamo traces with dynamic shapes too, specializing on the
+pool's strides.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from kv_canary_arrays import adopt
-from kv_canary_arrays.describe import TORCH, describe, torch_writable
+from kv_canary_arrays.describe import TORCH, describe, torch_lazy_bit, torch_writable
 from shared_spec.arguments import ARGUMENT_NAMES, OUTPUT
 from shared_spec.checks import Dialect, compile_fast_check, first_error
 
-
 TORCH_DIALECT = Dialect(
     is_array="isinstance({x}, Tensor)",
+    # The conjugate bit is left out: only complex tensors have it, and the dtype terms refuse those.
+    storage="({x}.layout is strided and not {x}.is_nested and not {x}.is_neg())",
+    has_data="not {x}.is_meta",
     rank="{x}.dim()",
     dtype_is="{x}.dtype is {dtype}",
     length="{x}.shape[0]",
@@ -42,14 +56,44 @@ TORCH_DIALECT = Dialect(
     # get_device() alone would not do: it is -1 for the CPU and for every other
     # non-indexed device (meta, ...).
     same_device="(({x}.is_cuda and {y}.is_cuda and {x}.get_device() == {y}.get_device()) or {x}.device == {y}.device)",
-    writable="torch_writable({x})",
+    # An inference tensor's test first: one C++ call for a normal pool.
+    writable="(not {x}.is_inference() or inference_mode()) and torch_writable({x})",
     dtype_object=lambda name: getattr(torch, name),
-    namespace={"Tensor": torch.Tensor, "torch_writable": torch_writable},
+    namespace={
+        "Tensor": torch.Tensor, "strided": torch.strided, "torch_writable": torch_writable,
+        "inference_mode": torch.is_inference_mode_enabled,
+    },
 )
+# The same checks as TorchDynamo traces them: the lazy bits from the dispatch keys (torch_lazy_bit),
+# and no inference question (the compiled graph asks it when it runs).
+COMPILED_DIALECT = dataclasses.replace(
+    TORCH_DIALECT,
+    storage="({x}.layout is strided and not {x}.is_nested and torch_lazy_bit({x}) is None)",
+    writable="torch_writable({x})",
+    namespace={**TORCH_DIALECT.namespace, "torch_lazy_bit": torch_lazy_bit},
+)
+
+
+@torch.compiler.assume_constant_result
+def is_inference(tensor: torch.Tensor) -> bool:
+    """``tensor.is_inference()``, which Dynamo refuses to trace: to Dynamo a constant, read from the real tensor.
+
+    Sound: an inference tensor has other dispatch keys than a normal one (no
+    ADInplaceOrView, no Autograd), and Dynamo guards each input's. The fake
+    Dynamo traces has lost the flag, so Dynamo computes the real tensor to
+    ask: for a pool that is the compiled function's input, or a view of one,
+    that is the input itself; for a pool that is the result of an in-place
+    op of the same function (``pool = buffer.add_(1)``), that op runs once
+    more while tracing.
+    """
+    return tensor.is_inference()
+
 
 # fast_check(flat_in, offsets, req_pool_indices, pool_out) -> bool; True exactly
 # when shared_spec.checks.first_error finds nothing.
 fast_check = compile_fast_check(TORCH_DIALECT)
+# The same under torch.compile, but for an inference pool outside inference mode (see the module docstring).
+compiled_fast_check = compile_fast_check(COMPILED_DIALECT)
 
 
 def argument_error(flat_in, offsets, req_pool_indices, pool_out) -> Exception | None:

@@ -27,9 +27,15 @@ kernel inside the compiled graph: ``fullgraph=True`` holds. An error of steps 1
 to 3 is recorded into the graph too (``op.record_error``) and raised, the
 spec's exception as it is, when the graph runs, before the kernel; an exception
 raised while tracing would reach a ``fullgraph=True`` caller only as the
-``__cause__`` of Dynamo's ``Unsupported``. (With ``dynamic=True`` a message
-holding a size, rank or offsets length, cannot be built while tracing: Dynamo
-cannot format a symbolic size, and stops with its own error.)
+``__cause__`` of Dynamo's ``Unsupported``. One check of step 1 is decided when
+the graph runs, not while tracing: an inference pool outside inference mode
+(``op.require_inference_mode``; Dynamo traces with inference mode off and does
+not guard it). What ``fullgraph=True`` does not support: numpy and JAX
+arguments (Dynamo cannot trace them; without ``fullgraph`` it breaks the graph
+there and the call runs eagerly), sparse tensors (Dynamo refuses them as
+graph inputs), and, with ``dynamic=True``, a message holding a size (rank,
+offsets length), which Dynamo cannot format from a symbolic size
+(``tests/test_torch_compile_support.py`` has a test per statement).
 """
 
 from __future__ import annotations
@@ -37,8 +43,8 @@ from __future__ import annotations
 import torch
 
 from kv_canary_torch import backends, op
+from kv_canary_torch.checks import adopt_arguments, argument_error, compiled_fast_check, fast_check, is_inference
 from kv_canary_torch.launch import dispatch
-from kv_canary_torch.checks import adopt_arguments, argument_error, fast_check
 from shared_spec import errors
 from shared_spec.checks import require_bool
 
@@ -75,7 +81,7 @@ def launch_scatter_req_token_ids_kernel(
     if not fast_check(flat_in, offsets, req_pool_indices, pool_out):
         # A failing check raises here; another framework's arrays come back as tensors.
         flat_in, offsets, req_pool_indices, pool_out = adopt_arguments(flat_in, offsets, req_pool_indices, pool_out)
-    implementation = _resolve(backend, pool_out)
+    implementation = _resolve(backend, pool_out, flat_in, offsets, req_pool_indices)
     if check_values is not False and check_values is not True:  # two identity tests on the hot path
         check_values = require_bool("check_values", check_values)
     _run(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation)
@@ -84,18 +90,28 @@ def launch_scatter_req_token_ids_kernel(
 
 
 def _compiled(flat_in, offsets, req_pool_indices, pool_out, check_values, backend) -> None:
-    """The launcher as TorchDynamo traces it: the same steps, errors recorded into the graph (``op.record_error``)."""
+    """The launcher as TorchDynamo traces it: the same steps, errors recorded into the graph (``op.record_error``).
+
+    Step 1 is ``compiled_fast_check``'s: every argument check but one, the
+    inference pool, which only the running graph can decide
+    (``op.require_inference_mode``, put in for a pool that is an inference
+    tensor; a later error is ordered after it).
+    """
     arguments = (flat_in, offsets, req_pool_indices, pool_out)
-    if not fast_check(*arguments):
+    if not compiled_fast_check(*arguments):
         error = argument_error(*arguments)
         if error is not None:
-            op.record_error(error, (pool_out, flat_in, offsets, req_pool_indices))
+            op.record_error(error)
             return
         flat_in, offsets, req_pool_indices, pool_out = adopt_arguments(*arguments)
+    after = None
+    if is_inference(pool_out):
+        torch.ops.kv_canary.require_inference_mode(pool_out)
+        after = pool_out
     try:
-        implementation = _resolve(backend, pool_out)
+        implementation = _resolve(backend, pool_out, flat_in, offsets, req_pool_indices)
         check_values = require_bool("check_values", check_values)
     except (errors.KvCanaryTypeError, errors.KvCanaryValueError) as error:  # the spec's backend and flag errors
-        op.record_error(error, (pool_out, flat_in, offsets, req_pool_indices))
+        op.record_error(error, after)
         return
     torch.ops.kv_canary.scatter_req_token_ids(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation)

@@ -13,10 +13,24 @@ call in its graph as one opaque node (no graph break). The launcher calls
 ``run`` directly in eager mode -- custom-op dispatch costs host microseconds --
 and the op only while compiling. ``record_error`` puts an argument error into
 a compiled graph through a second op, ``kv_canary::raise_error``, so that the
-spec's exception reaches a ``fullgraph=True`` caller as it is.
+spec's exception reaches a ``fullgraph=True`` caller as it is;
+``require_inference_mode`` puts in a third, ``kv_canary::require_inference_mode``,
+which refuses an inference pool when the graph runs outside inference mode
+(the one check Dynamo cannot decide while tracing).
+
+Threads: Triton's interpreter (``TRITON_INTERPRET=1``, the CPU) keeps the
+launch in progress -- its grid index, and the patches it makes to
+``triton.language`` -- in module globals, so two threads' interpreted
+launches corrupt each other (InterpreterErrors, pools left half written,
+unwritten rows). Interpreted launches therefore run one at a time, under one
+process-wide lock; the compiled kernel (CUDA) never takes it. Every other
+implementation is safe to call from several threads at once.
 """
 
 from __future__ import annotations
+
+import threading
+from typing import Optional
 
 import torch
 
@@ -27,11 +41,33 @@ from kv_canary_torch.values import check_values as _check_values
 
 OP_QUALNAME = "kv_canary::scatter_req_token_ids"
 ERROR_QUALNAME = "kv_canary::raise_error"
+INFERENCE_QUALNAME = "kv_canary::require_inference_mode"
 # The exception classes a recorded error may have (raise_error refuses any other name).
 _ERROR_CLASSES = {cls.__name__: cls for cls in (errors.KvCanaryTypeError, errors.KvCanaryValueError)}
 
+# Serializes interpreted Triton launches (see the module docstring).
+INTERPRETER_LOCK = threading.Lock()
+
+
+def _interpreted_triton(flat_in, offsets, req_pool_indices, pool_out) -> None:
+    with INTERPRETER_LOCK:
+        dispatch.launch(flat_in, offsets, req_pool_indices, pool_out)
+
+
+def _first_triton(flat_in, offsets, req_pool_indices, pool_out) -> None:
+    """The first Triton launch: it learns whether the kernel is interpreted, and puts the right launch in its place.
+
+    Only then: Triton reads TRITON_INTERPRET when the kernel is defined, at
+    the first Triton use. From the second launch on, the compiled kernel's
+    launch is ``dispatch.launch`` itself (no lock, no test).
+    """
+    launch = _interpreted_triton if dispatch.interpreted() else dispatch.launch
+    IMPLEMENTATIONS["triton"] = launch
+    launch(flat_in, offsets, req_pool_indices, pool_out)
+
+
 # implementation name -> function(flat_in, offsets, req_pool_indices, pool_out)
-IMPLEMENTATIONS = {"triton": dispatch.launch, "torch": torch_backend.scatter, "pallas": pallas_backend.scatter}
+IMPLEMENTATIONS = {"triton": _first_triton, "torch": torch_backend.scatter, "pallas": pallas_backend.scatter}
 
 
 def run(flat_in, offsets, req_pool_indices, pool_out, check_values: bool, implementation: str) -> None:
@@ -60,32 +96,73 @@ def _(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation
     return None
 
 
-@torch.library.custom_op(ERROR_QUALNAME, mutates_args={"anchor"})
-def raise_error(anchor: torch.Tensor, kind: str, message: str) -> None:
+@torch.library.custom_op(ERROR_QUALNAME, mutates_args=())
+def raise_error(kind: str, message: str, after: Optional[torch.Tensor]) -> None:
     """Raise the spec's exception ``kind`` with ``message`` when a compiled graph runs this node.
 
-    ``anchor`` is one of the call's tensors, declared mutated (and never
-    written) only so that the node is ordered with the call's other uses of it
-    and never dropped as dead code.
+    Registered as an ordered side effect (below), so the graph keeps the node
+    although nothing uses its result, without a tensor to hang it on: the
+    call's tensors may be ones a graph cannot take as a mutated operand
+    (overlapping, on meta, with no tensor at all). ``after``, a tensor the
+    node reads, orders it after that tensor's earlier writers in the graph
+    (``require_inference_mode``'s, for an inference pool); None otherwise.
     """
     raise _ERROR_CLASSES[kind](message)
 
 
 @raise_error.register_fake
-def _(anchor, kind, message) -> None:
+def _(kind, message, after) -> None:
     return None
 
 
-def record_error(error: Exception, arguments) -> None:
+def _register_side_effect(op) -> bool:
+    """Mark ``op`` an ordered side effect, so graph passes keep it and keep its order; False where this torch cannot.
+
+    ``torch._higher_order_ops.effects`` is private; it has held this function,
+    taking an OpOverload, for many releases (torch registers its own print op
+    through it), and where it no longer does, errors are raised while tracing.
+    """
+    try:
+        from torch._higher_order_ops.effects import _EffectType, _register_effectful_op
+
+        _register_effectful_op(op._opoverload, _EffectType.ORDERED)
+    except (ImportError, AttributeError, TypeError, AssertionError):  # pragma: no cover - a torch that moved it
+        return False
+    return True
+
+
+# Whether raise_error survives into a compiled graph; where it cannot, record_error raises while tracing.
+ERRORS_IN_GRAPH = _register_side_effect(raise_error)
+
+
+def record_error(error: Exception, after: torch.Tensor | None = None) -> None:
     """Under ``torch.compile``: put ``error`` into the graph, to be raised when the graph runs.
 
     An exception raised while Dynamo traces reaches a ``fullgraph=True`` caller
     as Dynamo's own ``Unsupported`` (the spec's exception only its
-    ``__cause__``); one raised by a graph node reaches the caller as it is. The
-    anchor is the first contiguous tensor among ``arguments``; with none (no
-    tensor argument at all), the error is raised now, while tracing.
+    ``__cause__``); one raised by a graph node reaches the caller as it is
+    (``after``: see ``raise_error``). Where this torch cannot keep the node
+    (``ERRORS_IN_GRAPH`` False), the error is raised now, while tracing.
     """
-    anchor = next((a for a in arguments if isinstance(a, torch.Tensor) and a.is_contiguous()), None)
-    if anchor is None:
+    if not ERRORS_IN_GRAPH:
         raise error
-    torch.ops.kv_canary.raise_error(anchor, type(error).__name__, str(error))
+    torch.ops.kv_canary.raise_error(type(error).__name__, str(error), after)
+
+
+@torch.library.custom_op(INFERENCE_QUALNAME, mutates_args={"pool_out"})
+def require_inference_mode(pool_out: torch.Tensor) -> None:
+    """Raise the spec's ``errors.WRITE_INFERENCE`` unless inference mode is on when the graph runs; writes nothing.
+
+    The launcher's compiled path puts this node before the scatter for a pool
+    that was an inference tensor when traced (Dynamo traces with inference
+    mode off and does not guard it, so only the running graph can tell).
+    ``pool_out`` is declared mutated only so that the node stays in the graph,
+    ahead of the scatter that writes the same pool.
+    """
+    if not torch.is_inference_mode_enabled():
+        raise errors.value_error(errors.NOT_WRITABLE, reason=errors.WRITE_INFERENCE)
+
+
+@require_inference_mode.register_fake
+def _(pool_out) -> None:
+    return None

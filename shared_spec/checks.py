@@ -11,7 +11,6 @@ and describes the arguments only when that predicate says something is wrong.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Callable, Mapping
 
 import numpy as np
@@ -21,6 +20,7 @@ from shared_spec.arguments import ARGUMENTS, ARGUMENT_NAMES, OUTPUT, format_shap
 
 CHECK_ORDER: tuple[str, ...] = (
     "array",  # every argument, in argument order, is an array of the frontend
+    "storage",  # every argument, in order, is a strided array whose memory holds its values (STORAGE_MESSAGES)
     "rank",  # flat_in, offsets, req_pool_indices are 1-D; pool_out is 2-D
     "dtype",  # int64, int64, int64, int32
     "offsets_length",  # len(offsets) == len(req_pool_indices) + 1
@@ -29,21 +29,46 @@ CHECK_ORDER: tuple[str, ...] = (
 )
 
 
+# ArrayView.layout of an array whose elements sit at strided offsets of one buffer (numpy's, JAX's, a dense torch tensor).
+STRIDED = "strided"
+# Devices whose arrays hold no data (torch's meta tensors: shapes and dtypes only).
+NO_DATA_DEVICES: tuple[str, ...] = ("meta",)
+# ArrayView.storage_problem: why an array's memory does not hold its values as they read.
+MASKED = "masked"  # a numpy masked array: its mask is part of its value
+DELETED = "deleted"  # a deleted (or donated) jax.Array: no buffer left
+NEGATIVE_BIT = "negative_bit"  # a torch view with the negative bit set: memory holds -x
+CONJUGATE_BIT = "conjugate_bit"  # a torch view with the conjugate bit set: memory holds conj(x)
+STORAGE_MESSAGES: dict[str, tuple[Callable[..., Exception], str]] = {
+    MASKED: (errors.type_error, errors.MASKED_ARRAY),
+    DELETED: (errors.value_error, errors.DELETED_ARRAY),
+    NEGATIVE_BIT: (errors.value_error, errors.NEGATIVE_BIT),
+    CONJUGATE_BIT: (errors.value_error, errors.CONJUGATE_BIT),
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class ArrayView:
     """What the checks need to know of one array argument.
 
-    shape: the array's shape. dtype: its canonical dtype name (numpy's
-    ``dtype.name``: ``int32``, ``bfloat16``, ``bool``). device: canonical device
-    (``cpu``, ``cuda:0``), or None when unknown (a JAX tracer). write_problem:
-    one of the ``errors.WRITE_*`` reasons, filled in, when the frontend would have
-    to write this array in place and cannot; None otherwise.
+    shape: the array's shape (``()`` for an array that is not ``STRIDED``,
+    which the storage check refuses before any shape is read). dtype: its
+    canonical dtype name (numpy's ``dtype.name``: ``int32``, ``bfloat16``,
+    ``bool``). device: canonical device (``cpu``, ``cuda:0``, ``meta``), or None
+    when unknown (a JAX tracer). write_problem: one of the ``errors.WRITE_*``
+    reasons, filled in, when the frontend would have to write this array in
+    place and cannot; None otherwise. layout: ``STRIDED``, or the name of the
+    array's other layout (torch's, without ``torch.``: ``sparse_coo``,
+    ``sparse_csr``, ``jagged``; ``nested`` for a nested tensor of strided
+    layout). storage_problem: one of ``STORAGE_MESSAGES``' keys when the
+    array's memory does not hold its values as they read; None otherwise.
     """
 
     shape: tuple[int, ...]
     dtype: str
     device: str | None = None
     write_problem: str | None = None
+    layout: str = STRIDED
+    storage_problem: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +84,10 @@ def first_error(views: Mapping[str, ArrayView | NotAnArray]) -> Exception | None
         view = views[arg.name]
         if isinstance(view, NotAnArray):
             return errors.type_error(errors.NOT_AN_ARRAY, arg=arg.name, type_name=view.type_name)
+    for arg in ARGUMENTS:
+        error = storage_error(arg.name, views[arg.name])
+        if error is not None:
+            return error
     for arg in ARGUMENTS:
         shape = views[arg.name].shape
         if len(shape) != arg.rank:
@@ -78,6 +107,18 @@ def first_error(views: Mapping[str, ArrayView | NotAnArray]) -> Exception | None
     problem = views[OUTPUT].write_problem
     if problem is not None:
         return errors.value_error(errors.NOT_WRITABLE, reason=problem)
+    return None
+
+
+def storage_error(name: str, view: ArrayView) -> Exception | None:
+    """The storage check for one argument: its layout, then a device without data, then ``storage_problem``."""
+    if view.layout != STRIDED:
+        return errors.type_error(errors.NOT_STRIDED, arg=name, layout=view.layout)
+    if view.device in NO_DATA_DEVICES:
+        return errors.value_error(errors.NO_DATA, arg=name)
+    if view.storage_problem is not None:
+        make, template = STORAGE_MESSAGES[view.storage_problem]
+        return make(template, arg=name)
     return None
 
 
@@ -113,8 +154,15 @@ def cells_overlap(shape, strides) -> bool:
         return True
     # Cells (r, c) and (r + a, c - b) share memory when a * s0 == b * s1; the
     # smallest such a, b > 0 are s1 / g and s0 / g with g = gcd(s0, s1).
-    g = math.gcd(s0, s1)
+    g = _gcd(s0, s1)
     return s1 // g < rows and s0 // g < cols
+
+
+def _gcd(a: int, b: int) -> int:
+    """``math.gcd`` of two positive ints, spelled out: TorchDynamo traces this loop on symbolic sizes, not ``math.gcd``."""
+    while b:
+        a, b = b, a % b
+    return a
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,9 +173,19 @@ class Dialect:
     name; ``dtype_is`` also has ``{dtype}``, replaced by the name of a constant
     that ``dtype_object`` supplies. ``namespace`` holds the names the
     expressions use. ``writable`` is None for a frontend that never writes in place.
+
+    ``storage`` is the storage check for one argument except its device;
+    ``has_data`` (None for a frontend without data-less devices) is that part,
+    spelled for ``pool_out`` alone: every other argument must be on pool_out's
+    device (the device terms), so none is on a device without data unless
+    pool_out is. A term may rely on the terms before it: ``storage`` comes
+    right after ``is_array``, so what follows never meets an array without
+    strides or data.
     """
 
     is_array: str
+    storage: str
+    has_data: str | None
     rank: str
     dtype_is: str
     length: str
@@ -147,6 +205,9 @@ def compile_fast_check(dialect: Dialect) -> Callable[..., bool]:
     """
     namespace = dict(dialect.namespace)
     terms = [dialect.is_array.format(x=a.name) for a in ARGUMENTS]
+    terms += [dialect.storage.format(x=a.name) for a in ARGUMENTS]
+    if dialect.has_data is not None:
+        terms.append(dialect.has_data.format(x=OUTPUT))
     terms += [f"{dialect.rank.format(x=a.name)} == {a.rank}" for a in ARGUMENTS]
     for a in ARGUMENTS:
         constant = f"DTYPE_{a.dtype}"

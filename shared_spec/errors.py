@@ -49,6 +49,17 @@ def not_installed(modules) -> str:
 
 # Argument checks (checks.py raises them, in checks.CHECK_ORDER).
 NOT_AN_ARRAY = PREFIX + " {arg} must be an array, got {type_name}"
+# The storage check (checks.STORAGE_MESSAGES says which ArrayView fact raises which): an array whose
+# memory does not simply hold its values, which no kernel could read or write as it is.
+NOT_STRIDED = PREFIX + " {arg} must be a strided tensor, got layout {layout}; pass a dense, strided tensor"
+MASKED_ARRAY = (
+    PREFIX + " {arg} is a numpy masked array, whose mask the operation cannot honour; "
+    "pass {arg}.filled(value), or {arg}.data to use the masked values as they are"
+)
+NO_DATA = PREFIX + " {arg} is on meta, which holds no data; pass a tensor on a device with memory"
+DELETED_ARRAY = PREFIX + " {arg} is a deleted jax.Array (donated or deleted); pass a live array"
+NEGATIVE_BIT = PREFIX + " {arg} has its negative bit set (a lazily negated view); pass {arg}.resolve_neg()"
+CONJUGATE_BIT = PREFIX + " {arg} has its conjugate bit set (a lazily conjugated view); pass {arg}.resolve_conj()"
 WRONG_RANK = PREFIX + " {arg} must be {rank}-D, got shape {shape}"
 WRONG_DTYPE = PREFIX + " {arg} must be {dtype}, got {got}"
 OFFSETS_LENGTH = PREFIX + " offsets length {length} != bs+1 ({expected})"
@@ -60,6 +71,12 @@ NOT_A_BOOL = PREFIX + " {option} must be a bool, got {type_name}"
 # The reasons NOT_WRITABLE may give (a frontend picks one, never writes its own).
 WRITE_IMMUTABLE = "it is an immutable {type_name}; pass a writable tensor"
 WRITE_OVERLAP = "strides {strides} make several cells share memory"
+# A torch inference tensor (made under torch.inference_mode()) outside inference mode: torch itself
+# refuses to update it in place, after the kernel has written it; refused before, on every backend.
+WRITE_INFERENCE = (
+    "it is an inference tensor, used outside torch.inference_mode(); "
+    "call inside inference mode, or make the pool outside it"
+)
 # numpy pools that torch cannot write in place (kv_canary_arrays.describe.numpy_write_problem).
 WRITE_NEGATIVE_STRIDES = "strides {strides} are negative, which a torch tensor cannot have; pass the pool with positive strides"
 WRITE_BYTE_ORDER = "it is a numpy.ndarray in non-native byte order ({dtype}), which torch cannot write"
@@ -119,6 +136,11 @@ TRITON_NOT_INSTALLED = f"triton is not installed; install it (pip install 'kv-ca
 TRITON_NEEDS_CUDA = (
     "Triton kernels need CUDA tensors; on the CPU they run only in Triton's interpreter, "
     "which needs TRITON_INTERPRET=1 set before the first Triton launch (or pass backend='torch')"
+)
+# Reason for CHOICE_UNAVAILABLE (backend="triton" or "pallas" on tensors wrapped by a torch.func transform).
+TORCH_FUNC_TRANSFORMED = (
+    "its kernel reads the tensors' memory, which the tensors of a torch.func transform (vmap, grad, ...) "
+    "do not have; pass backend='torch' (or 'auto', which runs it there)"
 )
 # pack_token_ids: one request's token ids are not a 1-D sequence of integers.
 PACK_NOT_TOKEN_IDS = (

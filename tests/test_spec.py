@@ -111,6 +111,8 @@ def test_cells_overlap_matches_brute_force():
 # A dialect over numpy arrays, to test the generated predicate against first_error.
 NUMPY_DIALECT = Dialect(
     is_array="isinstance({x}, np.ndarray)",
+    storage="True",
+    has_data=None,
     rank="{x}.ndim",
     dtype_is="{x}.dtype == {dtype}",
     length="{x}.shape[0]",

@@ -19,8 +19,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kv_canary_torch import BACKENDS, launch_scatter_req_token_ids_kernel, op
-from kv_canary_torch.checks import fast_check
-from shared_spec import errors
+from kv_canary_torch.checks import compiled_fast_check, fast_check
+from shared_spec import checks, errors
 from shared_spec.arguments import ARGUMENTS, ARGUMENT_NAMES
 from shared_spec.checks import ArrayView, NotAnArray, first_error
 from shared_spec.values import raise_first_value_error
@@ -74,18 +74,22 @@ def test_dtype_names_are_canonical(dtype, name):
     assert_raises_untouched(errors.KvCanaryTypeError, f"{P} req_pool_indices must be int64, got {name}", req_pool_indices=rows)
 
 
-def test_a_pool_on_another_device_is_refused():
-    # "meta" stands in for an accelerator on a CPU-only machine: a second device.
+# Arguments on two devices with data (an accelerator and the CPU): the conformance cases on a GPU
+# (flat_in_on_host, rows_on_host, pool_on_host). A meta tensor, which holds no data, fails the storage
+# check before the device check looks at it.
+
+
+def test_a_pool_on_meta_is_refused_before_the_device_check():
     pool = torch.empty((4, 6), dtype=torch.int32, device="meta")
     with pytest.raises(errors.KvCanaryValueError) as raised:
         launch_scatter_req_token_ids_kernel(**good_args(pool))
-    assert str(raised.value) == f"{P} flat_in is on cpu but pool_out is on meta; all arrays must be on one device"
+    assert str(raised.value) == f"{P} pool_out is on meta, which holds no data; pass a tensor on a device with memory"
 
 
 @pytest.mark.parametrize("arg", ["flat_in", "offsets", "req_pool_indices"])
-def test_an_input_on_another_device_is_refused(arg):
+def test_an_input_on_meta_is_refused_before_the_device_check(arg):
     value = good_args()[arg].to("meta")
-    message = f"{P} {arg} is on meta but pool_out is on cpu; all arrays must be on one device"
+    message = f"{P} {arg} is on meta, which holds no data; pass a tensor on a device with memory"
     assert_raises_untouched(errors.KvCanaryValueError, message, **{arg: value})
 
 
@@ -159,20 +163,26 @@ def brute_force_view(value, written):
     """An ArrayView built without the frontend's code: overlap by enumerating cell offsets."""
     if not isinstance(value, torch.Tensor):
         return NotAnArray(type(value).__name__)
+    dtype, device = str(value.dtype).removeprefix("torch."), str(value.device)
+    if value.layout != torch.strided:
+        return ArrayView((), dtype, device, layout=str(value.layout).removeprefix("torch."))
     problem = None
-    if written and value.dim() == 2:
+    if written and value.is_inference() and not torch.is_inference_mode_enabled():
+        problem = errors.WRITE_INFERENCE
+    elif written and value.dim() == 2:
         (rows, cols), (s0, s1) = value.shape, value.stride()
         cells = [r * s0 + c * s1 for r in range(rows) for c in range(cols)]
         if len(set(cells)) != len(cells):
             problem = errors.WRITE_OVERLAP.format(strides=tuple(value.stride()))
-    return ArrayView(tuple(value.shape), str(value.dtype).removeprefix("torch."), str(value.device), problem)
+    lazy = checks.NEGATIVE_BIT if value.is_neg() else None
+    return ArrayView(tuple(value.shape), dtype, device, problem, storage_problem=lazy)
 
 
 @st.composite
 def argument_sets(draw):
     args = {}
     for arg in ARGUMENTS:
-        kind = draw(st.sampled_from(["good"] * 8 + ["rank", "dtype", "list", "none", "meta"]))
+        kind = draw(st.sampled_from(["good"] * 8 + ["rank", "dtype", "list", "none", "meta", "sparse", "negative"]))
         if kind == "list":
             args[arg.name] = [1, 2]
             continue
@@ -182,14 +192,20 @@ def argument_sets(draw):
         rank = arg.rank if kind != "rank" else draw(st.integers(0, 3).filter(lambda r, a=arg: r != a.rank))
         dtype = getattr(torch, arg.dtype) if kind != "dtype" else draw(st.sampled_from(DTYPES))
         shape = tuple(draw(st.integers(0, 4)) for _ in range(rank))
-        args[arg.name] = torch.full(shape, 3, dtype=dtype, device="meta" if kind == "meta" else "cpu")
+        value = torch.full(shape, 3, dtype=dtype, device="meta" if kind == "meta" else "cpu")
+        if kind == "sparse":
+            value = value.to_sparse()
+        elif kind == "negative":
+            value = torch._neg_view(value)
+        args[arg.name] = value
     if draw(st.booleans()):  # make the length rule hold more often than chance
         rows, offsets = args["req_pool_indices"], args["offsets"]
         if isinstance(rows, torch.Tensor) and rows.dim() == 1 and isinstance(offsets, torch.Tensor) and offsets.dim() == 1:
             args["offsets"] = torch.zeros(rows.shape[0] + 1, dtype=offsets.dtype, device=offsets.device)
     pool = args["pool_out"]
-    if isinstance(pool, torch.Tensor) and pool.dim() == 2 and pool.device.type == "cpu":
-        layout = draw(st.sampled_from(["plain"] * 3 + ["strided", "expand_rows", "expand_cols", "transpose", "slice"]))
+    plain = isinstance(pool, torch.Tensor) and pool.layout == torch.strided and not pool.is_neg()
+    if plain and pool.dim() == 2 and pool.device.type == "cpu":
+        layout = draw(st.sampled_from(["plain"] * 3 + ["strided", "expand_rows", "expand_cols", "transpose", "slice", "inference"]))
         rows, cols = pool.shape
         if layout == "strided":
             s0, s1 = draw(st.integers(0, 7)), draw(st.integers(0, 7))
@@ -203,6 +219,9 @@ def argument_sets(draw):
             pool = pool.t()
         elif layout == "slice":
             pool = torch.zeros((rows, cols + 3), dtype=pool.dtype)[:, 1 : 1 + cols]
+        elif layout == "inference":
+            with torch.inference_mode():
+                pool = pool.clone()
         args["pool_out"] = pool
     return args
 
@@ -212,7 +231,12 @@ def argument_sets(draw):
 def test_fast_predicate_agrees_with_first_error(args):
     views = {name: brute_force_view(args[name], name == "pool_out") for name in ARGUMENT_NAMES}
     error = first_error(views)
-    assert fast_check(*(args[name] for name in ARGUMENT_NAMES)) == (error is None), error
+    values = [args[name] for name in ARGUMENT_NAMES]
+    assert fast_check(*values) == (error is None), error
+    # The compiled path's predicate is the same but for an inference pool, which the running graph refuses.
+    pool = args["pool_out"]
+    if not (isinstance(pool, torch.Tensor) and pool.layout == torch.strided and pool.is_inference()):
+        assert compiled_fast_check(*values) == (error is None), error
     if error is not None:  # and the launcher raises exactly that error
         with pytest.raises(type(error)) as raised:
             launch_scatter_req_token_ids_kernel(**args, backend="torch")
