@@ -5,7 +5,7 @@
  *   READER (attribute): a capsule named "kv_canary.tensor_meta.read" holding
  *       int read(PyObject *tensor, KvTensorMeta *out)
  *   whose caller has checked that `tensor` is exactly torch.Tensor (no subclass). It returns 1 with `out`
- *   filled when the tensor is defined, strided, has storage, has at most 2 dimensions (sizes and strides past
+ *   filled when the tensor is defined, strided and not nested, has storage, has at most 2 dimensions (sizes and strides past
  *   its rank are 0) and has neither its negative nor its conjugate bit set (a lazy view whose memory does not
  *   hold what the tensor reads), and 0 otherwise, with `out` unspecified; it never raises and never lets a C++
  *   exception out. `data` is what Tensor.data_ptr() returns. `flags` has KV_TENSOR_META_INFERENCE_OUTSIDE
@@ -28,7 +28,8 @@
 static int read_meta(PyObject *tensor, KvTensorMeta *out) noexcept {
     try {
         const at::Tensor &t = THPVariable_Unpack(tensor);
-        if (!t.defined() || t.layout() != c10::kStrided || !t.has_storage() || t.dim() > 2 || t.is_neg() || t.is_conj())
+        if (!t.defined() || t.layout() != c10::kStrided || t.is_nested() || !t.has_storage() || t.dim() > 2 ||
+            t.is_neg() || t.is_conj())
             return 0;
         out->flags = t.is_inference() && !c10::InferenceMode::is_enabled() ? KV_TENSOR_META_INFERENCE_OUTSIDE : 0;
         out->dtype = static_cast<int64_t>(t.scalar_type());
