@@ -146,7 +146,8 @@ def record_error(error: Exception, after: torch.Tensor | None = None) -> None:
     """
     if not ERRORS_IN_GRAPH:
         raise error
-    torch.ops.kv_canary.raise_error(type(error).__name__, str(error), after)
+    # the message as the exception holds it: Dynamo (torch 2.11) cannot trace str() of an exception class
+    torch.ops.kv_canary.raise_error(type(error).__name__, error.args[0], after)
 
 
 @torch.library.custom_op(INFERENCE_QUALNAME, mutates_args={"pool_out"})

@@ -36,32 +36,51 @@ from triton.runtime.interpreter import InterpretedFunction
 
 
 @triton.jit
-def request_window(request, offsets_ptr, rows_ptr, n_tokens, n_rows, width, offsets_stride, rows_stride):
-    """``(row_ok, row, base, lo, hi)`` of request ``request``, on int64 scalars (the module docstring's math).
+def request_scalars(request, offsets_ptr, rows_ptr, n_rows, offsets_stride, rows_stride):
+    """``(row_ok, row, start, end)`` of request ``request``: its three scalar loads (int64) and whether its row is in the pool.
 
-    ``hi`` is 0 when the row is outside ``[0, R)``, so such a request writes
-    nothing; ``row`` is then to be used only through ``row_ok``. A window
-    whose bounds lie in order inside ``flat_in`` (``0 <= start <= end <= N``:
-    every valid batch) takes a short branch: there the general math gives
-    ``base = start``, ``lo = 0`` and ``hi = min(end - start, C)``, and its
-    dozens of int64 instructions would stand between the offsets' arrival and
-    the first token load (the per-request-tile design has none of them).
     Strides passed as the literal 1 fold into the addresses.
     """
     row = tl.load(rows_ptr + request * rows_stride)
     start = tl.load(offsets_ptr + request * offsets_stride)
     end = tl.load(offsets_ptr + (request + 1) * offsets_stride)
-    row_ok = (row >= 0) & (row < n_rows)
-    if (start >= 0) & (start <= end) & (end <= n_tokens):
+    return (row >= 0) & (row < n_rows), row, start, end
+
+
+@triton.jit
+def in_order(start, end, n_tokens):
+    """Whether ``0 <= start <= end <= N``: every valid batch's windows. There the module docstring's math gives
+    ``base = start``, ``lo = 0`` and ``hi = min(end - start, C)``, and its dozens of int64 instructions would stand
+    between the offsets' arrival and the first token load (the per-request-tile design has none of them)."""
+    return (start >= 0) & (start <= end) & (end <= n_tokens)
+
+
+@triton.jit
+def clipped_window(start, end, width, n_tokens):
+    """``(base, lo, hi)`` for any int64 ``start``, ``end`` (the module docstring's math, exact in wrapping int64)."""
+    diff = end - start  # wraps; see segment_lengths
+    n = tl.where(end <= start, 0, tl.where((diff < 0) | (diff > width), width, diff))
+    base = tl.minimum(tl.maximum(start, -width), n_tokens)
+    lo = tl.where(base < 0, -base, 0)
+    hi = tl.minimum(n, n_tokens - base)
+    return base, lo, hi
+
+
+@triton.jit
+def request_window(request, offsets_ptr, rows_ptr, n_tokens, n_rows, width, offsets_stride, rows_stride):
+    """``(row_ok, row, base, lo, hi)`` of request ``request``, on int64 scalars (the module docstring's math).
+
+    ``hi`` is 0 when the row is outside ``[0, R)``, so such a request writes
+    nothing; ``row`` is then to be used only through ``row_ok``. A window
+    ``in_order`` takes the short branch.
+    """
+    row_ok, row, start, end = request_scalars(request, offsets_ptr, rows_ptr, n_rows, offsets_stride, rows_stride)
+    if in_order(start, end, n_tokens):
         base = start
         lo = start - start  # 0, as an int64 like the other branch's
         hi = tl.minimum(end - start, width)
     else:
-        diff = end - start  # wraps; see segment_lengths
-        n = tl.where(end <= start, 0, tl.where((diff < 0) | (diff > width), width, diff))
-        base = tl.minimum(tl.maximum(start, -width), n_tokens)
-        lo = tl.where(base < 0, -base, 0)
-        hi = tl.minimum(n, n_tokens - base)
+        base, lo, hi = clipped_window(start, end, width, n_tokens)
     hi = tl.where(row_ok, hi, 0)
     return row_ok, row, base, lo, hi
 
@@ -98,29 +117,52 @@ def scatter_req_token_ids_kernel(
 ):
     # bs on axis 0: up to 2**31 - 1 programs (axes 1 and 2 stop at 65535).
     request = tl.program_id(0).to(tl.int64)
+    if DENSE:  # no stride multiply before the loads the whole program waits on
+        row_ok, row, start, end = request_scalars(request, offsets_ptr, rows_ptr, n_rows, 1, 1)
+    else:
+        row_ok, row, start, end = request_scalars(request, offsets_ptr, rows_ptr, n_rows, offsets_stride, rows_stride)
+    pool_row = pool_ptr + tl.where(row_ok, row, 0) * stride_row  # with hi = 0 when the row is outside
+    # Two copies of the tile loop: the usual window starts at column 0 (no lower bound to mask, no division to
+    # find the first tile), any other one is clipped first.
+    if in_order(start, end, n_tokens):
+        hi = tl.where(row_ok, tl.minimum(end - start, width), 0)
+        lanes_copy(flat_in_ptr, pool_row, start, start - start, hi, flat_stride, stride_col,
+                   BLOCK, WIDE, STREAM, UNIT, True)
+    else:
+        base, lo, hi = clipped_window(start, end, width, n_tokens)
+        lanes_copy(flat_in_ptr, pool_row, base, lo, tl.where(row_ok, hi, 0), flat_stride, stride_col,
+                   BLOCK, WIDE, STREAM, UNIT, False)
+
+
+@triton.jit
+def lanes_copy(flat_in_ptr, pool_row, base, lo, hi, flat_stride, stride_col, BLOCK: tl.constexpr, WIDE: tl.constexpr,
+               STREAM: tl.constexpr, UNIT: tl.constexpr, FROM_ZERO: tl.constexpr):
+    """This program's lane of ``pool_row[j] = int32(flat_in[base + j])`` for ``lo <= j < hi`` (``lo == 0`` when ``FROM_ZERO``).
+
+    Lane ``p`` of ``P`` (grid axis 1) takes every ``P``-th tile of ``BLOCK`` columns from ``lo``'s tile.
+    """
     lane = tl.program_id(1)
     lanes = tl.num_programs(1)
-    if DENSE:  # no stride multiply before the loads the whole program waits on
-        row_ok, row, base, lo, hi = request_window(request, offsets_ptr, rows_ptr, n_tokens, n_rows, width, 1, 1)
-    else:
-        row_ok, row, base, lo, hi = request_window(
-            request, offsets_ptr, rows_ptr, n_tokens, n_rows, width, offsets_stride, rows_stride
-        )
-
     if UNIT:
         flat_row = flat_in_ptr + base  # int64 scalar offsets
     else:
         flat_row = flat_in_ptr + base * flat_stride
-    pool_row = pool_ptr + tl.where(row_ok, row, 0) * stride_row  # with hi = 0 when the row is outside
     if WIDE:
         lo_c = lo
         hi_c = hi
     else:
         lo_c = lo.to(tl.int32)
         hi_c = hi.to(tl.int32)
-    for tile in range((lo_c // BLOCK + lane) * BLOCK, hi_c, lanes * BLOCK):
+    if FROM_ZERO:
+        first = lane * BLOCK
+    else:
+        first = (lo_c // BLOCK + lane) * BLOCK
+    for tile in range(first, hi_c, lanes * BLOCK):
         cols = tile + tl.arange(0, BLOCK)
-        mask = (cols >= lo_c) & (cols < hi_c)
+        if FROM_ZERO:
+            mask = cols < hi_c
+        else:
+            mask = (cols >= lo_c) & (cols < hi_c)
         if UNIT:  # one scalar base per tile plus constant lane offsets, instead of a multiply per element
             flat_at = flat_row + cols
             pool_at = pool_row + cols

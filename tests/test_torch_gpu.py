@@ -265,7 +265,7 @@ def test_the_fast_launch_path_serves_each_kernel(bs, width, strided, kernel):
     # write what the generic one does.
     from kv_canary_torch.launch import dispatch
 
-    batch = large_batch(bs=bs, width=width, seed=11)
+    batch = full_batch(bs, width, seed=11)  # every window full: the tiled kernel takes only full batches
     flat_in, offsets, rows, _ = on_gpu(batch)
     if strided:
         flat_in = torch.repeat_interleave(flat_in, 2)[::2]
@@ -277,6 +277,14 @@ def test_the_fast_launch_path_serves_each_kernel(bs, width, strided, kernel):
     plan = dispatch.plan_of(flat_in, offsets, rows, pool)
     assert plan.kernel == kernel and plan.variant in dispatch._compiled
     assert_c_launcher_bound(flat_in, offsets, rows, pool)
+
+
+def full_batch(bs: int, width: int, seed: int):
+    """``bs`` requests of ``width`` tokens each, one per row of a sentinel pool of ``bs + 1`` rows."""
+    rng = np.random.default_rng(seed)
+    offsets = np.arange(bs + 1, dtype=np.int64) * width
+    flat_in = rng.integers(-(2**63), 2**63 - 1, size=bs * width, dtype=np.int64, endpoint=True)
+    return flat_in, offsets, rng.permutation(bs + 1)[:bs].astype(np.int64), sentinel_pool(bs + 1, width, seed)
 
 
 def assert_c_launcher_bound(flat_in, offsets, rows, pool):
