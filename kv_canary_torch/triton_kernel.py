@@ -47,6 +47,11 @@ def request_scalars(request, offsets_ptr, rows_ptr, n_rows, offsets_stride, rows
     return (row >= 0) & (row < n_rows), row, start, end
 
 
+# Interpreted, the tile loop is a while loop: Triton 3.6's interpreter turns range() bounds into ints from their
+# 1-element arrays (int(array), which numpy 2.5 refuses; Triton 3.9 squeezes them first). Compiled, a range loop.
+WHILE_LOOP: tl.constexpr = tl.constexpr(isinstance(request_scalars, InterpretedFunction))
+
+
 @triton.jit
 def in_order(start, end, n_tokens):
     """Whether ``0 <= start <= end <= N``: every valid batch's windows. There the module docstring's math gives
@@ -157,24 +162,37 @@ def lanes_copy(flat_in_ptr, pool_row, base, lo, hi, flat_stride, stride_col, BLO
         first = lane * BLOCK
     else:
         first = (lo_c // BLOCK + lane) * BLOCK
-    for tile in range(first, hi_c, lanes * BLOCK):
-        cols = tile + tl.arange(0, BLOCK)
-        if FROM_ZERO:
-            mask = cols < hi_c
-        else:
-            mask = (cols >= lo_c) & (cols < hi_c)
-        if UNIT:  # one scalar base per tile plus constant lane offsets, instead of a multiply per element
-            flat_at = flat_row + cols
-            pool_at = pool_row + cols
-        else:
-            flat_at = flat_row + cols * flat_stride
-            pool_at = pool_row + cols * stride_col
-        if STREAM:
-            ids = tl.load(flat_at, mask=mask, eviction_policy="evict_first")
-            tl.store(pool_at, ids.to(tl.int32), mask=mask, cache_modifier=".cs")
-        else:
-            ids = tl.load(flat_at, mask=mask)
-            tl.store(pool_at, ids.to(tl.int32), mask=mask)
+    if WHILE_LOOP:
+        tile = first
+        while tile < hi_c:
+            copy_tile(flat_row, pool_row, tile, lo_c, hi_c, flat_stride, stride_col, BLOCK, STREAM, UNIT, FROM_ZERO)
+            tile += lanes * BLOCK
+    else:
+        for tile in range(first, hi_c, lanes * BLOCK):
+            copy_tile(flat_row, pool_row, tile, lo_c, hi_c, flat_stride, stride_col, BLOCK, STREAM, UNIT, FROM_ZERO)
+
+
+@triton.jit
+def copy_tile(flat_row, pool_row, tile, lo_c, hi_c, flat_stride, stride_col, BLOCK: tl.constexpr, STREAM: tl.constexpr,
+              UNIT: tl.constexpr, FROM_ZERO: tl.constexpr):
+    """Columns ``tile + [0, BLOCK)`` of the window ``[lo_c, hi_c)``: ``pool_row[j] = int32(flat_row[j])``."""
+    cols = tile + tl.arange(0, BLOCK)
+    if FROM_ZERO:
+        mask = cols < hi_c
+    else:
+        mask = (cols >= lo_c) & (cols < hi_c)
+    if UNIT:  # one scalar base per tile plus constant lane offsets, instead of a multiply per element
+        flat_at = flat_row + cols
+        pool_at = pool_row + cols
+    else:
+        flat_at = flat_row + cols * flat_stride
+        pool_at = pool_row + cols * stride_col
+    if STREAM:
+        ids = tl.load(flat_at, mask=mask, eviction_policy="evict_first")
+        tl.store(pool_at, ids.to(tl.int32), mask=mask, cache_modifier=".cs")
+    else:
+        ids = tl.load(flat_at, mask=mask)
+        tl.store(pool_at, ids.to(tl.int32), mask=mask)
 
 
 @triton.jit(do_not_specialize=["n_tokens", "n_rows", "width", "offsets_stride", "rows_stride", "stride_row"])

@@ -31,6 +31,7 @@ from shared_spec import errors, scatter_reference
 from shared_spec.arguments import ARGUMENT_NAMES
 from tests.strategies import sentinel_pool
 from tests.test_hostile_inputs import FLAT_IN, OFFSETS, ROOT, ROWS
+from tests.torch_support import device_for
 
 P = errors.PREFIX
 # Every torch backend runs here: Triton in its interpreter, Pallas in its interpreter (tests/conftest.py).
@@ -45,8 +46,8 @@ def _expected(pool=None) -> np.ndarray:
     return scatter_reference(FLAT_IN, OFFSETS, ROWS, _pool() if pool is None else pool)
 
 
-def _tensors():
-    return [torch.from_numpy(a.copy()) for a in (FLAT_IN, OFFSETS, ROWS, _pool())]
+def _tensors(device="cpu"):
+    return [torch.from_numpy(a.copy()).to(device) for a in (FLAT_IN, OFFSETS, ROWS, _pool())]
 
 
 def _quietly(make):
@@ -174,13 +175,12 @@ def test_the_storage_check_comes_after_the_array_check_and_before_the_rank_check
 
 
 def test_resolved_views_are_written_as_the_tensors_read():
-    args = _tensors()
+    args = _tensors(device_for("triton"))
     negated = torch._neg_view(-args[0])  # reads FLAT_IN
-    pool = torch.from_numpy(_pool())
     launch_scatter_req_token_ids_kernel(
-        flat_in=negated.resolve_neg(), offsets=args[1], req_pool_indices=args[2], pool_out=pool, backend="triton"
+        flat_in=negated.resolve_neg(), offsets=args[1], req_pool_indices=args[2], pool_out=args[3], backend="triton"
     )
-    np.testing.assert_array_equal(pool.numpy(), _expected())
+    np.testing.assert_array_equal(args[3].cpu().numpy(), _expected())
 
 
 # -- numpy masked arrays, zero-itemsize pools, deleted JAX arrays ------------------------------
@@ -250,10 +250,11 @@ def test_an_inference_pool_outside_inference_mode_is_refused_by_every_backend():
 
 @pytest.mark.parametrize("backend", TORCH_BACKENDS)
 def test_an_inference_pool_inside_inference_mode_is_written(backend):
+    device = device_for(backend)
     with torch.inference_mode():
-        pool = torch.from_numpy(_pool()).clone()
-        launch_scatter_req_token_ids_kernel(**dict(zip(ARGUMENT_NAMES, (*_tensors()[:3], pool))), backend=backend)
-    np.testing.assert_array_equal(pool.numpy(), _expected())
+        pool = torch.from_numpy(_pool()).to(device)
+        launch_scatter_req_token_ids_kernel(**dict(zip(ARGUMENT_NAMES, (*_tensors(device)[:3], pool))), backend=backend)
+    np.testing.assert_array_equal(pool.cpu().numpy(), _expected())
 
 
 # -- torch.func transforms: torch's tensor ops follow them, the kernels cannot ------------------

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import warnings
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -38,6 +39,7 @@ from kv_canary_torch import launch_scatter_req_token_ids_kernel
 from shared_spec import errors, scatter_reference
 from tests.test_hostile_inputs import FLAT_IN, OFFSETS, ROWS
 from tests.strategies import sentinel_pool
+from tests.torch_support import device_for
 
 
 def _pool() -> np.ndarray:
@@ -149,20 +151,22 @@ def test_an_argument_made_by_an_in_place_op_is_computed_once():
 
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 def test_an_inference_pool_is_refused_outside_inference_mode_and_written_inside(backend):
+    device = device_for(backend)
+    inputs = [t.to(device) for t in _inputs()]
     with torch.inference_mode():
-        pool = torch.from_numpy(_pool()).clone()
+        pool = torch.from_numpy(_pool()).to(device)
     compiled = torch.compile(caller, fullgraph=True, backend="aot_eager")
     message = errors.NOT_WRITABLE.format(reason=errors.WRITE_INFERENCE)
     # no_grad first: its graph is the one inference mode reuses (Dynamo guards grad mode, not inference mode).
     for outside in (torch.no_grad, torch.enable_grad):
         with outside():
             with pytest.raises(errors.KvCanaryValueError) as raised:
-                compiled(*_inputs(), pool, backend)
+                compiled(*inputs, pool, backend)
         assert str(raised.value) == message
-        np.testing.assert_array_equal(pool.numpy(), _pool())
+        np.testing.assert_array_equal(pool.cpu().numpy(), _pool())
     with torch.inference_mode():
-        compiled(*_inputs(), pool, backend)
-    np.testing.assert_array_equal(pool.numpy(), _expected())
+        compiled(*inputs, pool, backend)
+    np.testing.assert_array_equal(pool.cpu().numpy(), _expected())
 
 
 def test_an_inference_pool_error_comes_before_a_backend_error_under_compile():
@@ -205,7 +209,8 @@ def test_foreign_arguments_are_not_supported_with_fullgraph(framework):
 
 @pytest.mark.parametrize("framework", ["numpy", "jax"])
 def test_without_fullgraph_foreign_arguments_run_eagerly_with_the_specs_answers(framework):
-    convert = np.asarray if framework == "numpy" else jnp.asarray
+    # JAX arrays on the host, beside the CPU pool (on a GPU machine jnp.asarray would put them on the GPU)
+    convert = np.asarray if framework == "numpy" else (lambda a: jax.device_put(a, jax.devices("cpu")[0]))
     compiled = torch.compile(caller, backend="aot_eager")
     pool = torch.from_numpy(_pool())
     compiled(convert(FLAT_IN), *_inputs()[1:], pool)
