@@ -611,7 +611,8 @@ per-request-tile baseline (L2 flushed before each call); 'triton / baseline chai
 in a CUDA graph, no flush, inputs warm in L2 where they fit (as a captured serving step runs them);
 'mosaic / pallas' of the two Pallas GPU kernels' device time per application
 in a chain of 16 (profiler kernel timestamps: the device clock), 'mosaic / pallas chained' of their host
-wall-clock chained figures, which also hold the host work XLA does per kernel; 'width' is the pool's columns
+wall-clock chained figures, which also hold the host work XLA does per kernel ('pallas host us/app' and
+'mosaic host us/app': chained minus device, that host work per application); 'width' is the pool's columns
 (`seq + 1` as in sglang's benchmark, or `seq` for the two pools whose rows are a multiple of 128 wide).
 The JAX columns are measured first, in a child process that imports no torch.
 
