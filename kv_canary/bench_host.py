@@ -144,7 +144,7 @@ def measure_launcher(torch, with_baselines: bool) -> dict:
         launch_scatter_req_token_ids_kernel(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=out)
 
     for pattern in PATTERNS:
-        check_pattern(torch, lambda f, o, r, p: ours(f, o, r, p), pattern)
+        check_pattern(torch, ours, pattern)
         if with_baselines:
             check_pattern(torch, launch_sglang_style, pattern)
     dispatch.settle()  # the C++ tensor reader, loading since the first launch: a server's steady state

@@ -371,7 +371,7 @@ def test_the_hook_test_is_the_launchers_twin(call_path, monkeypatch, enter, exit
     args = cpu_arguments()
     memo[c.signature("auto", *args)] = [kernel(c, n_scratch=0)] + [None] * (launch_plan.SLOTS - 1)
     configure(c, memo, c.reader, hooks=hooks)
-    monkeypatch.setattr(dispatch, "_runtime_knobs", hooks)
+    monkeypatch.setattr(dispatch, "_hook_holder", lambda: hooks)
     try:
         idle = dispatch._hooks_idle()
     except RuntimeError:  # the Python side lets an unreadable hook raise; the C side takes it for a hook

@@ -196,8 +196,7 @@ def _configure(c, reader) -> None:
     current_device = (getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device) if _several_devices() else None
     _memo.clear()
     _configured_rule = launch_plan.rule()
-    _hooks_idle()  # looks up where Triton keeps its launch hooks, which the C twin of _hooks_idle reads
-    c.configure(_memo, torch.Tensor, _runtime_knobs, _raw_stream, current_device, reader, _configured_rule)
+    c.configure(_memo, torch.Tensor, _hook_holder(), _raw_stream, current_device, reader, _configured_rule)
     _signature, call_bound = c.signature, c.call
 
 
@@ -228,19 +227,20 @@ def forget() -> None:
         _configure(_c, _reader)
 
 
-_runtime_knobs = None  # triton.knobs.runtime (Triton >= 3.4), looked up once
+@functools.cache
+def _hook_holder():
+    """Where Triton keeps its launch hooks: ``triton.knobs.runtime`` (Triton >= 3.4), else ``CompiledKernel``."""
+    import triton  # imported already: the kernel module was defined before any launch
+
+    knobs = getattr(triton, "knobs", None)
+    return knobs.runtime if knobs is not None else triton.compiler.CompiledKernel
 
 
 def _hooks_idle() -> bool:
     """True when no Triton launch hook is installed (profilers install them); ``native.c``'s ``hooks_idle`` is its twin."""
-    global _runtime_knobs
-    if _runtime_knobs is None:
-        import triton  # imported already: the kernel module was defined before any launch
-
-        knobs = getattr(triton, "knobs", None)
-        _runtime_knobs = knobs.runtime if knobs is not None else triton.compiler.CompiledKernel
-    enter = getattr(_runtime_knobs, "launch_enter_hook", None)
-    exit_ = getattr(_runtime_knobs, "launch_exit_hook", None)
+    holder = _hook_holder()
+    enter = getattr(holder, "launch_enter_hook", None)
+    exit_ = getattr(holder, "launch_exit_hook", None)
     return (enter is None or not getattr(enter, "calls", True)) and (exit_ is None or not getattr(exit_, "calls", True))
 
 
