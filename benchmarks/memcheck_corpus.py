@@ -63,11 +63,11 @@ INT64_MIN, INT64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 GPU_KERNELS = ("torch/triton", "jax/pallas", "jax/mosaic")
 CPU_KERNELS = ("torch/triton", "torch/torch", "jax/xla", "jax/pallas", "jax/mosaic")
 # (rows R, columns C, tokens N): one column; many rows; windows of more than
-# three 1024-column Triton tiles, over enough tokens that a launch of 64 cases
+# three 1024-column Triton tiles, over enough tokens (launch.plan.TILED_MIN_TOKENS) that a launch of 64 cases
 # (128 requests with the bridges) fills 75% of its windows and takes the tiled
 # kernel where the pool's columns are contiguous (launch.plan.tiled), the lanes
 # kernel's tile loop elsewhere; a single token.
-GEOMETRIES = ((8, 1, 5), (24, 96, 400), (6, 3100, 300000), (4, 7, 1))
+GEOMETRIES = ((8, 1, 5), (24, 96, 400), (6, 3100, 2**22), (4, 7, 1))
 LAYOUTS = ("contiguous", "column-slice", "every-other-row", "every-other-column", "transposed")
 GUARD = -0x5A5A5A5A  # what the buffer around a pool view holds; a kernel never writes it
 

@@ -21,11 +21,12 @@ kernel that reads a request's bounds before its tokens meets it.
 Sweep: for each of CASES (or the ``--case`` ones), every config of CONFIGS, the per-request-tile
 baseline (kv_canary.baseline_kernels) and a same-bytes copy (as ``kv-canary
 bench`` times it: one int32 copy of 6 bytes per token) are timed with
-``do_bench`` (median of one call, L2 flushed, warmup 10 ms, rep 40 ms) or,
+``do_bench`` (median of one call replayed from a CUDA graph, so that the
+host's launch is out of the figure; L2 flushed, warmup 10 ms, rep 40 ms) or,
 with ``--timer chained``, back to back in CUDA graphs with no flush
 (``kv_canary.bench.graph_chain_us``: the regime of a captured serving step),
-REPEATS rounds interleaved so that drift hits all alike; a figure is the
-median over rounds. Printed per case: each config's us and its ratios to the
+REPEATS rounds interleaved so that drift hits all alike (each round starting
+one run later: ``kv_canary.bench.interleaved``); a figure is the median over rounds. Printed per case: each config's us and its ratios to the
 baseline and to the copy; at the end, per config, the worst and mean ratio to
 the baseline over the cases of at least 1M (2**20) tokens and over all cases.
 
@@ -472,8 +473,20 @@ def checked_runs(case, launches: dict, inputs, expected, pool, failures: list, p
 
 
 def bench_us(fn) -> float:
-    """Device us of one call: do_bench's median (it flushes the L2 before each call)."""
-    return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median") * 1e3
+    """Device us of one call: do_bench's median (it flushes the L2 before each call) of ``fn`` replayed from a CUDA graph.
+
+    Replayed, so that every run costs the host the same few microseconds: the
+    configs are launched from Python (``kernel[grid]``, tens of microseconds on
+    the host with Triton 3.6), and launched directly their figures were
+    host-bound up to 2M tokens (16-25 us where the baseline read 5-13, ninth
+    session) instead of measuring their kernels.
+    """
+    fn()  # nothing compiles during capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return triton.testing.do_bench(graph.replay, warmup=10, rep=40, return_mode="median") * 1e3
 
 
 def chained_us(fn) -> float:

@@ -12,7 +12,10 @@ Methods (one GPU, nothing else running):
   per-request-tile baseline, a copy of the same bytes and an empty Triton
   kernel are each the median of ``ROUNDS`` interleaved rounds, so that a
   drift of the machine hits all four alike (single ``do_bench`` runs moved by
-  up to 3x in one row of one run); the torch-vectorized backend is one run.
+  up to 3x in one row of one run), each round starting one run later; the two
+  kernels write the same pool in a round and a fresh one each round, so that
+  where a pool lies in memory favours neither (``KernelRuns``); the
+  torch-vectorized backend is one run.
 - torch host time: ``kv_canary.bench_host``, the launcher called as a
   serving runtime calls it (a new ``len(flat_in)`` every call, ``bs`` and
   ``N`` changing, a repeated shape), beside one eager torch op and sglang's
@@ -36,6 +39,12 @@ Methods (one GPU, nothing else running):
 - JAX wall time: per call of a jitted, pool-donating function, median of 5
   rounds of back-to-back calls (``WALL_CALLS`` in all), next to the same for a
   jitted function that only returns the donated pool (the dispatch floor).
+- torch kernel time, flushed (``flushed_kernel_us``): the Triton kernel's and
+  the baseline's own durations on the device clock (``torch.profiler``), the L2
+  flushed before each call as ``do_bench`` flushes it, interleaved rounds on
+  pools of their own per round: what the kernels take, without the launch
+  and the CUDA events that ``do_bench``'s figure holds. Taken after every
+  other figure of every case (``bench_torch_kernels`` says why).
 - torch chained time (``graph_chain_us``), of the Triton kernel and of the
   per-request-tile baseline: ``CHAIN`` launches captured in one CUDA graph,
   replayed, minus one launch, over ``CHAIN - 1``, each replay timed by CUDA
@@ -100,7 +109,7 @@ TPU_BYTES_PER_TOKEN = 20
 TPU_IMPLEMENTATIONS = ("mosaic_tpu", "xla")
 CHAIN = 16
 # Interleaved rounds of the torch device figures (kernel, baseline, copy, empty kernel).
-ROUNDS = 3
+ROUNDS = 5
 # The JAX implementations that run one kernel per application, all named kv_canary_...
 # (the device-clock chained figure counts their kernels in a profiler trace).
 DEVICE_CLOCK_IMPLEMENTATIONS = ("pallas", "mosaic")
@@ -159,11 +168,38 @@ def copy_bandwidth(torch, triton) -> float:
     return 2 * src.numel() * 4 / (ms * 1e-3)
 
 
+class KernelRuns:
+    """The launcher's Triton kernel and the per-request-tile baseline on one case's tensors, writing one pool.
+
+    ``next_pool(k)`` moves both to round ``k``'s pool (``rounds`` pools, all held, so each lies elsewhere in
+    memory): with the L2 flushed, where one output buffer lay moved one kernel's time by up to 8% on the H200
+    (tenth session), so that one placement would favour whichever kernel it happens to suit.
+    """
+
+    def __init__(self, torch, inputs, rounds: int = ROUNDS):
+        from kv_canary.baseline_kernels import launch_per_request_tile
+        from kv_canary_torch import launch_scatter_req_token_ids_kernel as launch
+
+        self.flat_in, self.offsets, self.rows, pool = (torch.from_numpy(x).cuda() for x in inputs)
+        self._launch, self._baseline = launch, launch_per_request_tile
+        self._pools = [pool.clone() for _ in range(rounds)]
+        self.pool = self._pools[0]
+
+    def next_pool(self, k: int) -> None:
+        self.pool = self._pools[k]
+
+    def ours(self) -> None:
+        self._launch(flat_in=self.flat_in, offsets=self.offsets, req_pool_indices=self.rows, pool_out=self.pool,
+                     backend="triton")
+
+    def baseline(self) -> None:
+        self._baseline(self.flat_in, self.offsets, self.rows, self.pool)
+
+
 def bench_torch(inputs, expected, measures: dict):
     import torch
     import triton
 
-    from kv_canary.baseline_kernels import launch_per_request_tile
     from kv_canary_torch import launch_scatter_req_token_ids_kernel as launch
 
     flat_in, offsets, rows, pool = (torch.from_numpy(x).cuda() for x in inputs)
@@ -174,16 +210,14 @@ def bench_torch(inputs, expected, measures: dict):
         assert np.array_equal(out.cpu().numpy(), expected), f"torch/{backend} disagrees with the reference"
     # The figures the targets compare, in interleaved rounds (a drift of the GPU or the
     # host hits them alike): the kernel, the per-request-tile baseline, the same-bytes
-    # copy and the empty kernel.
-    triton_out, baseline_out = outs["triton"], pool.clone()
+    # copy and the empty kernel; the two kernels on a pool of each round's (KernelRuns).
+    kernels = KernelRuns(torch, inputs)
     measures |= _interleaved_us(triton, {
-        "torch_triton_us": lambda: launch(
-            flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=triton_out, backend="triton"
-        ),
-        "per_request_tile_us": lambda: launch_per_request_tile(flat_in, offsets, rows, baseline_out),
+        "torch_triton_us": kernels.ours,
+        "per_request_tile_us": kernels.baseline,
         "same_bytes_copy_us": same_bytes_copy(torch, inputs[0].shape[0]),
         "empty_kernel_us": _empty_kernel(torch, triton),
-    })
+    }, before_round=kernels.next_pool)
     torch_out = outs["torch"]
     measures["torch_torch_us"] = triton.testing.do_bench(
         lambda: launch(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=torch_out, backend="torch"),
@@ -192,13 +226,26 @@ def bench_torch(inputs, expected, measures: dict):
     # Chained like the JAX figure (CHAIN launches back to back in one CUDA graph,
     # no flush between them, minus one launch): the like-for-like comparison, and
     # the baseline the same way (a captured serving step's regime, beside the flushed one).
-    out = pool.clone()
-    measures["torch_triton_chained_us"] = graph_chain_us(
-        torch, lambda: launch(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=out, backend="triton")
-    )
-    measures["per_request_tile_chained_us"] = graph_chain_us(
-        torch, lambda: launch_per_request_tile(flat_in, offsets, rows, baseline_out)
-    )
+    kernels.next_pool(0)  # one pool for both
+    measures["torch_triton_chained_us"] = graph_chain_us(torch, kernels.ours)
+    measures["per_request_tile_chained_us"] = graph_chain_us(torch, kernels.baseline)
+
+
+def bench_torch_kernels(inputs) -> dict:
+    """The two kernels' own flushed durations on the device clock (``flushed_kernel_us``), on a pool of each round's.
+
+    ``run`` takes these after every other figure of every case: on the H200 the
+    profiler's sessions left the launches and kernels timed after them slower
+    (tenth session: do_bench figures of the Python-launched baseline of 15-20 us
+    where they read 5-6 without a session before, chained figures 0.8 us higher).
+    """
+    import torch
+
+    kernels = KernelRuns(torch, inputs)
+    return flushed_kernel_us(torch, {
+        "torch_triton_kernel_us": (KERNEL_MARKERS["torch_triton_kernel_us"], kernels.ours),
+        "per_request_tile_kernel_us": (KERNEL_MARKERS["per_request_tile_kernel_us"], kernels.baseline),
+    }, ROUNDS, before_round=kernels.next_pool)
 
 
 def graph_chain_us(torch, fn, replays: int = 30) -> float:
@@ -333,21 +380,83 @@ def same_bytes_copy(torch, tokens: int, device="cuda"):
     return lambda: dst.copy_(src)
 
 
-def interleaved(runs: dict, timer, rounds: int) -> dict:
-    """Each run's median of ``timer(run)`` over ``rounds`` rounds, every round timing every run once, in turn.
+def interleaved_samples(runs: dict, timer, rounds: int, before_round=None) -> dict:
+    """``{name: [timer(run) per round]}``: every round times every run once, each round starting one run later.
 
-    Interleaved so that a drift of the machine hits every run alike.
+    Interleaved so that a drift of the machine hits every run alike, and rotated so that no run always comes
+    first or after the same one. ``before_round(k)``, where given, runs before round ``k``.
     """
-    times: dict = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, fn in runs.items():
-            times[name].append(timer(fn))
-    return {name: statistics.median(t) for name, t in times.items()}
+    names = list(runs)
+    samples: dict = {name: [] for name in names}
+    for k in range(rounds):
+        if before_round is not None:
+            before_round(k)
+        for name in names[k % len(names):] + names[:k % len(names)]:
+            samples[name].append(timer(runs[name]))
+    return samples
 
 
-def _interleaved_us(triton, fns: dict) -> dict:
+def interleaved(runs: dict, timer, rounds: int, before_round=None) -> dict:
+    """Each run's median of ``timer(run)`` over the rounds of ``interleaved_samples``."""
+    samples = interleaved_samples(runs, timer, rounds, before_round)
+    return {name: statistics.median(t) for name, t in samples.items()}
+
+
+# The kernels of the flushed device-clock figures, by a part of their names: the launcher's two
+# (scatter_req_token_ids_kernel, scatter_req_token_ids_tiled_kernel) and the baseline's.
+KERNEL_MARKERS = {"torch_triton_kernel_us": "scatter_req_token_ids", "per_request_tile_kernel_us": "per_request_tile"}
+FLUSH_BYTES = 256 * 2**20  # what do_bench writes to flush the L2 before each call
+KERNEL_CALLS = 40  # calls per run and round of the device-clock figures
+
+
+def kernel_durations_us(events, marker: str) -> list[float]:
+    """The durations (us, device clock) of the CUDA kernels among ``torch.profiler`` ``events`` whose names hold ``marker``."""
+    from torch.autograd import DeviceType
+
+    return [e.time_range.elapsed_us() for e in events if e.device_type == DeviceType.CUDA and marker in e.name]
+
+
+def flushed_kernel_us(torch, runs: dict, rounds: int, before_round=None, calls: int = KERNEL_CALLS) -> dict:
+    """``{name: us}``: the median duration on the device clock of the kernel of each of ``runs`` (``name -> (marker, fn)``),
+    the L2 flushed before each call as ``do_bench`` flushes it.
+
+    ``rounds`` interleaved rounds (``interleaved_samples``) of ``calls`` calls of
+    each run, under one ``torch.profiler`` session; a figure is the median over
+    all of a run's calls. The kernel's own start and end (CUPTI), so neither
+    the launch nor the events around it count: on the H200 ``do_bench``'s
+    figure of a kernel that does nothing moved by 0.8 us between cases of one
+    run (tenth session), more than the difference between the kernels this
+    compares below 256K tokens. Raises RuntimeError unless the profiler saw
+    exactly one kernel of each run per call.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+
+    def calls_of(fn):
+        for _ in range(calls):
+            flush.zero_()
+            fn()
+
+    for _, fn in runs.values():
+        fn()  # compiled, bound and warm before the profiler starts
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        interleaved_samples({name: fn for name, (_, fn) in runs.items()}, calls_of, rounds, before_round)
+        torch.cuda.synchronize()
+    events = prof.events()
+    out = {}
+    for name, (marker, _) in runs.items():
+        durations = kernel_durations_us(events, marker)
+        if len(durations) != rounds * calls:
+            raise RuntimeError(f"the profiler saw {len(durations)} kernels named *{marker}*, not {rounds * calls}")
+        out[name] = statistics.median(durations)
+    return out
+
+
+def _interleaved_us(triton, fns: dict, before_round=None) -> dict:
     """Microseconds per call of each of ``fns``: the median of ``ROUNDS`` interleaved rounds of ``do_bench`` medians."""
-    return interleaved(fns, lambda fn: triton.testing.do_bench(fn, return_mode="median") * 1e3, ROUNDS)
+    return interleaved(fns, lambda fn: triton.testing.do_bench(fn, return_mode="median") * 1e3, ROUNDS, before_round)
 
 
 @functools.cache
@@ -391,6 +500,9 @@ COLUMNS = (
     ("triton_over_copy", "triton / copy"),
     ("per_request_tile_us", "per-request-tile baseline us"),
     ("triton_over_baseline", "triton / baseline"),
+    ("torch_triton_kernel_us", "triton kernel us"),
+    ("per_request_tile_kernel_us", "baseline kernel us"),
+    ("triton_over_baseline_kernel", "triton / baseline kernel"),
     ("empty_kernel_us", "empty kernel us"),
     ("triton_over_empty_us", "triton - empty kernel us"),
     ("torch_triton_chained_us", "triton chained us"),
@@ -426,6 +538,7 @@ def derived(measures: dict, empty_us: float) -> dict:
     for key, (kernel, base) in {
         "triton_over_copy": ("torch_triton_us", "same_bytes_copy_us"),
         "triton_over_baseline": ("torch_triton_us", "per_request_tile_us"),
+        "triton_over_baseline_kernel": ("torch_triton_kernel_us", "per_request_tile_kernel_us"),
         "triton_over_baseline_chained": ("torch_triton_chained_us", "per_request_tile_chained_us"),
     }.items():
         if measures.get(kernel) and measures.get(base):
@@ -501,13 +614,16 @@ def run(args) -> int:
         bench_torch(inputs, expected, measures)
         measures |= jax_rows.get(case, {})
         measures["triton_bw_pct"] = 100 * BYTES_PER_TOKEN * tokens / (measures["torch_triton_us"] * 1e-6) / bw
-        measures |= derived(measures, meta["empty_kernel_us"])
         if not aligned and (bs, seq, ragged) in SGLANG_B_US:
             measures["sglang_b_us"] = SGLANG_B_US[(bs, seq, ragged)]
         width = inputs[3].shape[1]
-        row = Row(bs, seq, ragged, width, tokens, BYTES_PER_TOKEN * tokens / bw * 1e6, measures)
-        rows.append(row)
+        rows.append(Row(bs, seq, ragged, width, tokens, BYTES_PER_TOKEN * tokens / bw * 1e6, measures))
         progress(f"bs={bs} seq={seq} ragged={ragged} width={width} tokens={tokens}", measures)
+    for case, row in zip(selected, rows):  # last: see bench_torch_kernels
+        row.results |= bench_torch_kernels(make_inputs(*case[:3], aligned=case[3]))
+        row.results |= derived(row.results, meta["empty_kernel_us"])
+        progress(f"device clock bs={row.bs} seq={row.seq} ragged={row.ragged}",
+                 {k: row.results[k] for k in (*KERNEL_MARKERS, "triton_over_baseline_kernel")})
     table = f"## Host time in the serving pattern\n\n{bench_host.HEADER}\n{bench_host.render(host)}\n\n## Device time\n\n"
     return _output(args, rows, meta, table + render(rows, meta), PERFORMANCE_HEADER)
 
@@ -607,7 +723,9 @@ launcher's host time as a serving runtime calls it (shapes that change every cal
 12 bytes per token over the Triton kernel's time, against the copy bandwidth measured in the same run.
 'sglang B us' is the anchor figure of sglang's later kernel (measured separately, not in this run).
 Ratios are of this run's figures: 'triton / copy' and 'triton / baseline' over the same-bytes copy and the
-per-request-tile baseline (L2 flushed before each call); 'triton / baseline chained' the same kernels back to back
+per-request-tile baseline (L2 flushed before each call, `do_bench`: CUDA events around each launch); 'triton / baseline
+kernel' of the same two kernels' own durations on the device clock (profiler timestamps), flushed alike, without the
+launch and the events around it; 'triton / baseline chained' the same kernels back to back
 in a CUDA graph, no flush, inputs warm in L2 where they fit (as a captured serving step runs them);
 'mosaic / pallas' of the two Pallas GPU kernels' device time per application
 in a chain of 16 (profiler kernel timestamps: the device clock), 'mosaic / pallas chained' of their host

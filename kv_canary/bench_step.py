@@ -52,7 +52,7 @@ import time
 
 import numpy as np
 
-from kv_canary.bench import make_inputs, parse_case
+from kv_canary.bench import interleaved_samples, make_inputs, parse_case
 
 # sglang-like batches: a decode-heavy large batch, a mid prefill, a ragged mix, many short rows.
 CASES = ("64x8192", "256x2048", "256x8192r", "4096x512")
@@ -112,16 +112,6 @@ def default_name() -> str:
 
     ((_, name),) = implementations.plan(None, platforms.default_platform(), False)
     return name
-
-
-def interleaved_samples(runs: dict, timer, rounds: int) -> dict:
-    """``{name: [timer(run) per round]}``: every round times every run once, each round starting one run later."""
-    names = list(runs)
-    samples: dict = {name: [] for name in names}
-    for k in range(rounds):
-        for name in names[k % len(names):] + names[:k % len(names)]:
-            samples[name].append(timer(runs[name]))
-    return samples
 
 
 def median_step_us(step: Step, steps: int) -> float:

@@ -46,14 +46,6 @@ def test_a_result_that_disagrees_with_the_reference_fails(monkeypatch, capsys):
     assert "disagrees with the reference: 2x16 xla" in capsys.readouterr().err
 
 
-def test_rounds_interleave_every_run_starting_one_later_each_round():
-    order = []
-    runs = {"without": "a", "mosaic": "b", "xla": "c"}
-    samples = bench_step.interleaved_samples(runs, lambda run: order.append(run) or len(order), 3)
-    assert "".join(order) == "abc" "bca" "cab"
-    assert samples == {"without": [1, 6, 8], "mosaic": [2, 4, 9], "xla": [3, 5, 7]}
-
-
 def test_spread_of_per_round_figures():
     assert bench_step.spread([5.0, 1.0, 3.0, 2.0, 4.0]) == {"median": 3.0, "q1": 2.0, "q3": 4.0, "min": 1.0, "max": 5.0}
     assert bench_step.spread([7.0]) == {"median": 7.0, "q1": 7.0, "q3": 7.0, "min": 7.0, "max": 7.0}

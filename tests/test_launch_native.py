@@ -166,8 +166,8 @@ from kv_canary_torch import triton_kernel as k
 from kv_canary_torch.launch import native, plan as launch_plan
 aligned = {(i,): [["tt.divisibility", 16]] for i in range(4)}
 pointers = dict(flat_in_ptr="*i64", offsets_ptr="*i64", rows_ptr="*i64", pool_ptr="*i32")
-for bs, width, n_tokens, flat_stride, kind in ((64, 4097, 64 * 4096, 1, launch_plan.TILED),
-                                               (64, 4097, 64 * 4096, 2, launch_plan.LANES), (4, 33, 100, 1, launch_plan.LANES)):
+for bs, width, n_tokens, flat_stride, kind in ((1024, 4097, 1024 * 4096, 1, launch_plan.TILED),
+                                               (1024, 4097, 1024 * 4096, 2, launch_plan.LANES), (4, 33, 100, 1, launch_plan.LANES)):
     plan = launch_plan.plan(bs, n_tokens, bs + 1, width, width, 1, flat_stride, 1, 1, 0)
     assert plan.kernel == kind and plan.small_ints
     fn = k.scatter_req_token_ids_tiled_kernel if kind == launch_plan.TILED else k.scatter_req_token_ids_kernel

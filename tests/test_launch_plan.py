@@ -48,8 +48,11 @@ def boundary_sizes():
         for window in around(cells // bs):
             out += [(bs, window, 4, window, window, 1, 1, 1, 1), (bs, 10**6, 4, window, window, 1, 1, 1, 1)]
     for width in around(launch_plan.TILED_MIN_TILES * large) + around((launch_plan.TILED_MIN_TILES - 1) * large):
-        out += [(64, 64 * width, 65, width, width + 1, 1, 1, 1, 1), (64, 64 * width, 65, width, width, 1, 2, 1, 1),
-                (64, 64 * width, 65, width, width * 3, 3, 1, 1, 1)]  # the tiled kernel's window; flat or columns strided
+        bs = 2000  # bs * width past TILED_MIN_TOKENS
+        out += [(bs, bs * width, bs + 1, width, width + 1, 1, 1, 1, 1), (bs, bs * width, bs + 1, width, width, 1, 2, 1, 1),
+                (bs, bs * width, bs + 1, width, width * 3, 3, 1, 1, 1)]  # the tiled kernel's window; flat or columns strided
+    for n in around(launch_plan.TILED_MIN_TOKENS):  # full batches of 512 x 8192 around the least N that takes it
+        out += [(512, n, 513, 8192, 8192, 1, 1, 1, 1), (n // 8193, n, n // 8193 + 1, 8193, 8193, 1, 1, 1, 1)]
     for bs in (10, 100, 1000):  # a full batch: 100 * N against TILED_FILL * bs * min(C, N)
         width = 10 * large + 1
         for n in around(launch_plan.TILED_FILL * bs * width // 100) + around(bs * width) + [bs, bs * 7]:
@@ -98,6 +101,7 @@ def test_the_twin_takes_the_rules_numbers(c_module, monkeypatch):
     # The rule's numbers reach C through plan.rule(), so a change of them (the tests' small tiles) changes both.
     monkeypatch.setattr(launch_plan, "LARGE", (16, 4, 4096, False))
     monkeypatch.setattr(launch_plan, "SMALL_CELLS", -1)
+    monkeypatch.setattr(launch_plan, "TILED_MIN_TOKENS", 0)
     monkeypatch.setattr(launch_plan, "TILED_MIN_TILES", 0)
     monkeypatch.setattr(launch_plan, "TILED_FILL", 0)
     for sizes in itertools.product((1, 7, 300), (1, 50, 4000), (3,), (1, 33, 100)):

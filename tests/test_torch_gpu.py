@@ -256,7 +256,7 @@ def test_arguments_on_two_devices_are_refused():
 
 @pytest.mark.parametrize(
     "bs, width, strided, kernel",
-    [(64, 4097, False, "tiled"), (64, 4097, True, "lanes"), (64, 2049, False, "lanes"), (4, 33, False, "lanes")],
+    [(1024, 4097, False, "tiled"), (64, 4097, True, "lanes"), (64, 2049, False, "lanes"), (4, 33, False, "lanes")],
     ids=["tiled", "strided-flat", "short-windows", "small"],
 )
 def test_the_fast_launch_path_serves_each_kernel(bs, width, strided, kernel):
@@ -369,15 +369,18 @@ def serving_steps(bs_choices, lengths, steps, seed, n_rows):
 @pytest.mark.parametrize(
     "width, bs_choices, lengths, kernels",
     [
-        (4097, (1, 2, 8, 64, 100), (3000, 4098), {"tiled", "lanes"}),  # long windows: tiled for large batches
+        (4097, (1, 2, 8, 64, 100), (3000, 4098), {"tiled", "lanes"}),  # long windows: tiled for large batches (a
+        # TILED_MIN_TOKENS of 100000 here, so that the reference keeps up)
         (2049, (1, 8, 64, 300), (1, 2050), {"lanes"}),  # sglang's rows: the lanes kernel, SMALL and LARGE
         (300, (1, 2, 3, 50, 500), (0, 301), {"lanes"}),  # decode-like steps
     ],
     ids=["tiled-and-lanes", "short-windows", "narrow"],
 )
-def test_shapes_that_change_every_call_match_the_reference(width, bs_choices, lengths, kernels):
+def test_shapes_that_change_every_call_match_the_reference(width, bs_choices, lengths, kernels, monkeypatch):
     """A serving loop: a new len(flat_in) and bs at every call, one pool; each call's pool against the reference."""
     from kv_canary_torch.launch import dispatch
+
+    monkeypatch.setattr(dispatch.launch_plan, "TILED_MIN_TOKENS", 100000)  # the C twin takes it at its next call
 
     n_rows = 600
     pool_np = sentinel_pool(n_rows, width, seed=3)

@@ -1,7 +1,8 @@
 """The Triton backend's tiled kernel (contiguous arguments, large batches) against the reference, and when it is chosen.
 
 The launcher takes ``scatter_req_token_ids_tiled_kernel`` only for the LARGE
-shape (1024-column tiles) and windows of ``TILED_MIN_TILES`` tiles or more;
+shape (1024-column tiles), ``TILED_MIN_TOKENS`` tokens or more, full batches
+and windows of ``TILED_MIN_TILES`` tiles or more;
 here LARGE is shrunk to a 16-column tile and every batch made to take it (no
 size, window or idleness limit), so that tiles inside windows (unmasked), at
 their edges (masked) and past them (nothing) all occur on small random
@@ -33,6 +34,7 @@ def small_tiles(monkeypatch):
     monkeypatch.setattr(launch_plan, "SMALL_CELLS", -1)
     monkeypatch.setattr(launch_plan, "TILED_FILL", 0)
     monkeypatch.setattr(launch_plan, "TILED_MIN_TILES", 0)
+    monkeypatch.setattr(launch_plan, "TILED_MIN_TOKENS", 0)
     dispatch.forget()
     yield
     dispatch.forget()
@@ -83,17 +85,20 @@ def test_the_conformance_cases(small_tiles):
 @pytest.mark.parametrize(
     "flat_stride, stride_col, bs, n_tokens, width, expected",
     [
-        (1, 1, 256, 256 * 8192, 8193, True),  # sglang's 256 x 8192: full windows of 9 tiles
-        (1, 1, 64, 64 * 4096, 4097, True),  # 64 x 4096: windows of 5 tiles, past the 4 that take it
-        (1, 1, 64, 64 * 3073, 3073, True),  # windows of 3 tiles and one cell: 4 tiles, the least that takes it
-        (1, 1, 64, 64 * 3072, 3072, False),  # windows of exactly 3 tiles
-        (1, 1, 1024, 1024 * 2048, 2049, False),  # 1024 x 2048 (rows 2049 wide): windows of at most 3 tiles
-        (1, 1, 4096, 4096 * 512, 513, False),  # 4096 x 512: windows within one tile
-        (2, 1, 256, 256 * 8192, 8193, False),  # flat_in strided
-        (1, 3, 256, 256 * 8192, 8193, False),  # pool columns strided
-        (1, 1, 256, 1093232, 8193, False),  # ragged 256 x 8192: the batch fills 52% of its windows
-        (1, 1, 256, 256 * 8193 * 3 // 4, 8193, True),  # 75%: the least that takes it
-        (1, 1, 256, 256 * 8193 * 3 // 4 - 1, 8193, False),
+        (1, 1, 256, 256 * 32768, 32769, True),  # sglang's 256 x 32768: full windows of 33 tiles
+        (1, 1, 256, 256 * 8192, 8193, False),  # 256 x 8192: 2M tokens, under TILED_MIN_TOKENS
+        (1, 1, 512, 2**22, 8192, True),  # 512 x 8192: TILED_MIN_TOKENS, the fewest that take it
+        (1, 1, 512, 2**22 - 1, 8192, False),
+        (1, 1, 1024, 1024 * 4096, 4097, True),  # 1024 x 4096: windows of 5 tiles, past the 4 that take it
+        (1, 1, 2048, 2048 * 3073, 3073, True),  # windows of 3 tiles and one cell: 4 tiles, the least that takes it
+        (1, 1, 2048, 2048 * 3072, 3072, False),  # windows of exactly 3 tiles
+        (1, 1, 4096, 4096 * 2048, 2049, False),  # 4096 x 2048 (rows 2049 wide): windows of at most 3 tiles
+        (1, 1, 16384, 16384 * 512, 513, False),  # 16384 x 512: windows within one tile
+        (2, 1, 256, 256 * 32768, 32769, False),  # flat_in strided
+        (1, 3, 256, 256 * 32768, 32769, False),  # pool columns strided
+        (1, 1, 1024, 4372928, 8193, False),  # a ragged 1024 x 8192: the batch fills 52% of its windows
+        (1, 1, 1024, 1024 * 8193 * 3 // 4, 8193, True),  # 75%: the least that takes it
+        (1, 1, 1024, 1024 * 8193 * 3 // 4 - 1, 8193, False),
         (1, 1, 4096, 4096, 8193, False),  # decode: one token per request on a wide pool
         (1, 1, 1, 2**26, 2**26, False),  # a window of 65536 tiles: past CUDA's grid axis 1
     ],

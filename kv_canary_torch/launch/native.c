@@ -289,7 +289,7 @@ static PyObject *pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 /* The launch rule: the twin of kv_canary_torch/launch/plan.py's plan(), over its numbers (plan.rule()). */
 
 typedef struct {
-    int64_t small_cells, small_block, large_block, target, tiled_min_tiles, tiled_fill, grid_axis_1;
+    int64_t small_cells, small_block, large_block, target, tiled_min_tokens, tiled_min_tiles, tiled_fill, grid_axis_1;
 } Rule;
 
 typedef struct {
@@ -301,12 +301,12 @@ typedef struct {
 } Launch;
 
 static int read_rule(PyObject *tuple, Rule *rule) {
-    int64_t v[7];
-    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) != 7) {
-        PyErr_SetString(PyExc_TypeError, "the rule is a tuple of 7 ints (plan.rule())");
+    int64_t v[8];
+    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) != 8) {
+        PyErr_SetString(PyExc_TypeError, "the rule is a tuple of 8 ints (plan.rule())");
         return -1;
     }
-    for (int i = 0; i < 7; ++i) {
+    for (int i = 0; i < 8; ++i) {
         v[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, i));
         if (v[i] == -1 && PyErr_Occurred()) return -1;
     }
@@ -314,7 +314,7 @@ static int read_rule(PyObject *tuple, Rule *rule) {
         PyErr_SetString(PyExc_ValueError, "the rule's blocks and target must be positive");
         return -1;
     }
-    *rule = (Rule){v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+    *rule = (Rule){v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
     return 0;
 }
 
@@ -336,8 +336,8 @@ static void plan_launch(const Rule *rule, int64_t bs, int64_t n_tokens, int64_t 
     /* 100 * N >= fill * bs * window, as bs * window <= floor(100 * N / fill): no product past 128 bits */
     int full = rule->tiled_fill <= 0 || (__int128)bs * window <= (__int128)100 * n_tokens / rule->tiled_fill;
     int64_t *ints = out->ints;
-    if (flat_stride == 1 && stride_col == 1 && large && tiles - 1 >= rule->tiled_min_tiles && full &&
-        tiles <= rule->grid_axis_1) {
+    if (flat_stride == 1 && stride_col == 1 && large && n_tokens >= rule->tiled_min_tokens &&
+        tiles - 1 >= rule->tiled_min_tiles && full && tiles <= rule->grid_axis_1) {
         out->slot = TILED_SLOT;
         out->grid[1] = tiles;
         out->n_ints = 6;

@@ -16,7 +16,8 @@ Two kernels (``kv_canary_torch.triton_kernel``):
 
 - ``tiled`` (``scatter_req_token_ids_tiled_kernel``): where ``flat_in`` and
   the pool's columns are contiguous, the batch is large (the ``LARGE``
-  shape's tiles, over ``TILED_WARPS`` warps), a window may span at least
+  shape's tiles, over ``TILED_WARPS`` warps) and has at least
+  ``TILED_MIN_TOKENS`` tokens, a window may span at least
   ``TILED_MIN_TILES`` tiles (``cdiv(min(C, N), BLOCK)``), the batch is full
   (``N`` at least ``TILED_FILL`` percent of ``bs * min(C, N)``, the cells its
   grid ``(bs, cdiv(min(C, N), BLOCK) + 1)`` covers: a ragged, skewed or decode
@@ -97,6 +98,15 @@ TILED_MIN_TILES = 4
 # kernel has fewer tokens than a quarter of its tiled grid's cells, so this also bounds
 # the tiled grid's idle programs (it replaced a cap of 4 programs per tile of tokens).
 TILED_FILL = 75
+# The tiled kernel only from this many tokens (12 bytes each: 48 MB, about the H200's 50 MB L2). Below it, run back
+# to back in a CUDA graph the batch stays in L2 from call to call and the tiled kernel's extra edge tile per request
+# costs more than its 16-byte stores save; with the L2 flushed the two kernels were within 0.03 of each other there.
+# benchmarks/tune_triton.py on the H200 (tenth session, 5 interleaved rounds, flushed figures replayed from CUDA
+# graphs), ratio to the same-run baseline chained, tiled / lanes: 64 x 8192 1.08 / 0.99, 128 x 4096 1.10 / 0.99,
+# 128 x 8192 1.06 / 0.97, 32 x 32768 1.12 / 0.97, 64 x 16384 1.01 / 0.97, 192 x 8192 0.99 / 0.96, 512 x 4096
+# 1.08 / 1.01, 256 x 8192 0.99 / 1.01 (the one case below it where tiled led); from it, 1024 x 4096 0.97 / 1.05,
+# 256 x 32768 0.97 / 1.05, and flushed 0.93 / 0.99, 0.94 / 1.01.
+TILED_MIN_TOKENS = 2**22
 # CUDA's grid axis 1 (the tiled kernel's tiles per request) stops here.
 GRID_AXIS_1 = 65535
 INT32_END = 2**31
@@ -137,13 +147,13 @@ def launch_shape(bs: int, width: int, n_tokens: int) -> tuple[int, int, int, boo
 
 
 def tiled(shape, flat_stride: int, stride_col: int, bs: int, n_tokens: int, window: int, tiles: int) -> bool:
-    """Whether the tiled kernel runs (module docstring): contiguous, large, long windows, a full batch, within grid axis 1.
+    """Whether the tiled kernel runs (module docstring): contiguous, large, many tokens, long windows, a full batch, within grid axis 1.
 
     ``window`` is ``min(C, N)``; ``tiles`` is its grid's axis 1, ``cdiv(window, BLOCK) + 1``.
     """
     return (
-        flat_stride == 1 and stride_col == 1 and shape == LARGE and tiles - 1 >= TILED_MIN_TILES
-        and 100 * n_tokens >= TILED_FILL * bs * window and tiles <= GRID_AXIS_1
+        flat_stride == 1 and stride_col == 1 and shape == LARGE and n_tokens >= TILED_MIN_TOKENS
+        and tiles - 1 >= TILED_MIN_TILES and 100 * n_tokens >= TILED_FILL * bs * window and tiles <= GRID_AXIS_1
     )
 
 
@@ -177,4 +187,4 @@ def rule() -> tuple[int, ...]:
     """
     if SMALL[1:] != LARGE[1:] or SMALL[0] == LARGE[0] or SMALL[3]:  # the twin knows one warp count and target, no STREAM
         raise ValueError("the C launch rule takes SMALL and LARGE differing in BLOCK alone, STREAM off")
-    return (SMALL_CELLS, SMALL[0], LARGE[0], LARGE[2], TILED_MIN_TILES, TILED_FILL, GRID_AXIS_1)
+    return (SMALL_CELLS, SMALL[0], LARGE[0], LARGE[2], TILED_MIN_TOKENS, TILED_MIN_TILES, TILED_FILL, GRID_AXIS_1)
