@@ -64,6 +64,7 @@ import dataclasses
 import functools
 import json
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -117,14 +118,19 @@ KERNEL_MARKER = "kv_canary"
 WALL_CALLS = 200
 
 
+CASE_FORMS = ("BSxSEQ, optionally suffixed r (ragged lengths) and a (rows SEQ wide), such as 256x8192 or 64x32768r, "
+              "or a skewed workload: " + ", ".join(SKEWED))
+
+
 def parse_case(text: str) -> tuple:
     """``"256x8192"`` -> ``(bs, seq, ragged, aligned)``: suffix ``r`` ragged lengths, ``a`` rows ``seq`` wide instead of ``seq + 1``;
-    a name of ``SKEWED`` -> that workload's case."""
+    a name of ``SKEWED`` -> that workload's case. Anything else (or a size of 0) raises ValueError naming ``CASE_FORMS``."""
     if text in SKEWED:
         return next(case for case in CASES if case[2] == text)
-    ragged, aligned = "r" in text, "a" in text
-    bs, seq = text.rstrip("ra").split("x")
-    return int(bs), int(seq), ragged, aligned
+    match = re.fullmatch(r"([1-9][0-9]*)x([1-9][0-9]*)(r?)(a?)", text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a case: {CASE_FORMS}")
+    return int(match[1]), int(match[2]), bool(match[3]), bool(match[4])
 
 
 def make_inputs(bs: int, seq: int, ragged, seed: int = 0, aligned: bool = False):
@@ -600,10 +606,12 @@ def run(args) -> int:
     if args.host:
         return run_host(args)
     selected = selected_cases(args)
-    host = bench_host.measure()
+    host = None if args.case else bench_host.measure()  # --case: the device-time rows of those cases alone
     jax_rows = {} if args.no_jax else jax_in_own_process(selected)
     bw = copy_bandwidth(torch, triton)
-    meta = versions() | {"copy_bw_tbs": bw / 1e12, "empty_kernel_us": empty_kernel_us(torch, triton), "host": host}
+    meta = versions() | {"copy_bw_tbs": bw / 1e12, "empty_kernel_us": empty_kernel_us(torch, triton)}
+    if host is not None:
+        meta["host"] = host
     rows = []
     for case in selected:
         bs, seq, ragged, aligned = case
@@ -624,7 +632,8 @@ def run(args) -> int:
         row.results |= derived(row.results, meta["empty_kernel_us"])
         progress(f"device clock bs={row.bs} seq={row.seq} ragged={row.ragged}",
                  {k: row.results[k] for k in (*KERNEL_MARKERS, "triton_over_baseline_kernel")})
-    table = f"## Host time in the serving pattern\n\n{bench_host.HEADER}\n{bench_host.render(host)}\n\n## Device time\n\n"
+    table = "" if host is None else f"## Host time in the serving pattern\n\n{bench_host.HEADER}\n{bench_host.render(host)}\n\n"
+    table += "## Device time\n\n"
     return _output(args, rows, meta, table + render(rows, meta), PERFORMANCE_HEADER)
 
 
@@ -694,8 +703,9 @@ def _jax_case(case, impls):
 
 
 def selected_cases(args) -> list[tuple]:
-    """``CASES``, or with ``--quick`` those of at most 2M tokens."""
-    return [c for c in CASES if not args.quick or c[0] * c[1] <= 2**21]
+    """``CASES`` (or with ``--case`` those cases, in that order), with ``--quick`` only those of at most 2M tokens."""
+    cases = [parse_case(text) for text in args.case] if getattr(args, "case", None) else CASES
+    return [c for c in cases if not args.quick or c[0] * c[1] <= 2**21]
 
 
 def progress(label: str, measures: dict) -> None:

@@ -107,9 +107,10 @@ skewed cases: first the torch launcher's host time as a serving runtime calls
 it (shapes that change every call; kv_canary/bench_host.py), then device time
 and JAX wall time (method in kv_canary/bench.py). Needs a CUDA GPU, torch,
 triton and (unless --no-jax) jax. Takes several minutes (--quick: only cases
-of at most 2M tokens; --host: the host table alone, under a minute; --step:
-the JAX step bench alone, kv_canary/bench_step.py, a few minutes, jax only).
-On a TPU it times the Mosaic TPU kernel against XLA instead (jax only)."""
+of at most 2M tokens; --case: only the device-time rows of the cases named,
+to run one again; --host: the host table alone, under a minute; --step: the
+JAX step bench alone, kv_canary/bench_step.py, a few minutes, jax only). On a
+TPU it times the Mosaic TPU kernel against XLA instead (jax only)."""
 
 NO_GPU = "no CUDA GPU (torch.cuda.is_available() is False); bench times the compiled kernels on a GPU"
 
@@ -367,15 +368,24 @@ def render_table(result) -> str:
 
 
 def bench(args) -> int:
+    from kv_canary.bench import parse_case  # numpy only: a bad --case is a usage error before anything slow loads
     from kv_canary.matrix import BROKEN_FRAMEWORK
     from kv_canary.platform import installed
+
+    for text in args.case or ():
+        try:
+            parse_case(text)
+        except ValueError as error:
+            raise UsageError(f"--case {error}") from None
+    if args.case and args.host:
+        raise UsageError("--case selects device-time cases; --host times the launcher's host work alone")
 
     if args.step:  # JAX alone: what the scatter adds to a jitted step like a server's (kv_canary.bench_step)
         if not installed("jax"):
             raise NothingRan(errors.not_installed(["jax"]))
         from kv_canary import bench_step
 
-        return bench_step.main(["--json"] if args.json else [])
+        return bench_step.main((["--json"] if args.json else []) + [arg for text in args.case or () for arg in ("--case", text)])
     if not args.no_jax and installed("jax"):
         from kv_canary import bench as bench_module
 
@@ -438,6 +448,9 @@ def parser() -> Parser:
     p_bench.add_argument(JSON, action="store_true", help="print one JSON object on stdout: the rows (or the error and exit code)")
     p_bench.add_argument("--write", metavar="PATH", help="write the table as markdown (docs/performance.md)")
     p_bench.add_argument("--quick", action="store_true", help="only cases of at most 2M tokens")
+    p_bench.add_argument("--case", action="append", metavar="CASE",
+                         help="only this case (BSxSEQ[r][a], such as 256x8192 or 64x32768r, or a skewed workload's name "
+                              "such as one_long_among_short_bs64): to run a case again; repeatable")
     p_bench.add_argument("--no-jax", action="store_true", help="torch backends only")
     p_bench.add_argument("--host", action="store_true", help="only the torch launcher's host time in the serving pattern (seconds)")
     p_bench.add_argument("--step", action="store_true",

@@ -345,6 +345,18 @@ def test_a_framework_that_does_not_import_is_reported_not_raised():
     assert code == cli.EXIT_NOTHING_RAN and "torch is installed but does not import" in err
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--case", "5x"], "--case '5x' is not a case: BSxSEQ, optionally suffixed r"),
+    (["--case", "256x8192", "--case", "no_such_workload"], "--case 'no_such_workload' is not a case"),
+    (["--case", "256x8192", "--host"], "--case selects device-time cases; --host times the launcher's host work alone"),
+])
+def test_bench_case_errors_are_usage_errors_before_anything_loads(capsys, args, message):
+    code, out, err = run_main(capsys, "bench", *args)
+    assert code == cli.EXIT_USAGE and out == ""
+    assert message in err and "usage: kv-canary bench" in err
+    assert "loading torch" not in err
+
+
 @pytest.mark.parametrize("as_json", [False, True])
 def test_bench_without_frameworks_says_once_what_to_install_and_exits_3(as_json):
     code, out, err = run_blocked(["torch", "triton", "jax"], "bench", *(["--json"] if as_json else []))

@@ -1,17 +1,39 @@
-"""``kv_canary.bench``'s timing helpers: interleaved rounds (every run once a round, each round starting one run
-later) and the kernels' own durations from a profiler's events.
+"""``kv_canary.bench``'s helpers that hold its method: the cases it takes (``parse_case``, ``selected_cases``),
+interleaved rounds (every run once a round, each round starting one run later) and the kernels' own durations from
+a profiler's events.
 
-The benchmarks time competing runs this way (``bench_torch``, ``bench_step``, ``benchmarks/tune_triton.py``), so
-that a drift of the machine, or a run's place in a round, favours none of them.
+The benchmarks time competing runs in such rounds (``bench_torch``, ``bench_step``, ``benchmarks/tune_triton.py``),
+so that a drift of the machine, or a run's place in a round, favours none of them.
 """
 
 from __future__ import annotations
 
+from argparse import Namespace
 from types import SimpleNamespace
 
 import pytest
 
 from kv_canary import bench
+
+
+def test_cases_are_sizes_with_suffixes_or_a_skewed_workload():
+    assert bench.parse_case("256x8192") == (256, 8192, False, False)
+    assert bench.parse_case("64x32768r") == (64, 32768, True, False)
+    assert bench.parse_case("256x32768a") == (256, 32768, False, True)
+    assert bench.parse_case("3x5ra") == (3, 5, True, True)
+    assert bench.parse_case("one_long_among_short_bs64") == (64, 32768, "one_long_among_short_bs64", False)
+    for text in ("5x", "x5", "0x5", "5x0", "axb", "5x5rr", "5x5ar", "5x5 ", "-1x5", "one_long"):
+        with pytest.raises(ValueError, match="is not a case: BSxSEQ"):
+            bench.parse_case(text)
+
+
+def test_the_selected_cases():
+    assert bench.selected_cases(Namespace(case=None, quick=False)) == list(bench.CASES)
+    assert all(bs * seq <= 2**21 for bs, seq, _, _ in bench.selected_cases(Namespace(case=None, quick=True)))
+    named = Namespace(case=["256x32768", "many_medium_bs256", "8x128"], quick=False)
+    assert bench.selected_cases(named) == [(256, 32768, False, False), (256, 64, "many_medium_bs256", False), (8, 128, False, False)]
+    named.quick = True
+    assert bench.selected_cases(named) == [(256, 64, "many_medium_bs256", False), (8, 128, False, False)]
 
 
 def test_rounds_interleave_every_run_starting_one_later_each_round():
