@@ -26,9 +26,10 @@ host's launch is out of the figure; L2 flushed, warmup 10 ms, rep 40 ms) or,
 with ``--timer chained``, back to back in CUDA graphs with no flush
 (``kv_canary.bench.graph_chain_us``: the regime of a captured serving step),
 REPEATS rounds interleaved so that drift hits all alike (each round starting
-one run later: ``kv_canary.bench.interleaved``); a figure is the median over rounds. Printed per case: each config's us and its ratios to the
-baseline and to the copy; at the end, per config, the worst and mean ratio to
-the baseline over the cases of at least 1M (2**20) tokens and over all cases.
+one run later: ``kv_canary.bench.interleaved``); a figure is the median over
+rounds. Printed per case: each config's us and its ratios to the baseline and
+to the copy; at the end, per config, the worst and mean ratio to the baseline
+over the cases of at least 1M (2**20) tokens and over all cases.
 
 Every config (and the baseline, the floor kernel) is checked against
 ``scatter_reference`` once per case before timing; one that fails or raises
