@@ -704,7 +704,7 @@ def _jax_case(case, impls):
 
 def selected_cases(args) -> list[tuple]:
     """``CASES`` (or with ``--case`` those cases, in that order), with ``--quick`` only those of at most 2M tokens."""
-    cases = [parse_case(text) for text in args.case] if getattr(args, "case", None) else CASES
+    cases = [parse_case(text) for text in args.case] if args.case else CASES
     return [c for c in cases if not args.quick or c[0] * c[1] <= 2**21]
 
 

@@ -366,7 +366,7 @@ def test_bench_tpu_path_runs_here_with_what_is_available(monkeypatch, tmp_path, 
     monkeypatch.setattr(bench, "CHAIN", 2)
     monkeypatch.setattr(bench, "WALL_CALLS", 5)
     out = tmp_path / "tpu.md"
-    args = argparse.Namespace(quick=True, json=False, write=str(out))
+    args = argparse.Namespace(case=None, quick=True, json=False, write=str(out))
     with jax.default_device(jax.devices()[0]):  # where the command computes (the TPU, on a TPU host)
         assert bench.run_tpu(args) == 0
     table = capsys.readouterr().out
