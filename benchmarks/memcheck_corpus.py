@@ -27,7 +27,7 @@ INT64_MAX), so the spec skips it, and a kernel that writes for it fails the
 comparison. Many cases share one launch (memcheck makes every launch slow);
 that keeps the check exact because a cell several requests write may hold any
 of their values, and the comparison allows exactly that. Launches cycle over a
-few pool geometries (one column; many rows; more columns than three Triton
+few pool geometries (one column; many rows; more columns than 32 Triton
 tiles; one token) and, for the torch kernels, pool layouts (contiguous, a column
 slice, every other row, every other column, transposed), each a view into a
 larger buffer whose cells outside the view are checked unchanged.
@@ -62,12 +62,14 @@ from shared_spec.reference import scatter_reference, written_columns  # noqa: E4
 INT64_MIN, INT64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 GPU_KERNELS = ("torch/triton", "jax/pallas", "jax/mosaic")
 CPU_KERNELS = ("torch/triton", "torch/torch", "jax/xla", "jax/pallas", "jax/mosaic")
-# (rows R, columns C, tokens N): one column; many rows; windows of more than
-# three 1024-column Triton tiles, over enough tokens (launch.plan.TILED_MIN_TOKENS) that a launch of 64 cases
-# (128 requests with the bridges) fills 75% of its windows and takes the tiled
-# kernel where the pool's columns are contiguous (launch.plan.tiled), the lanes
-# kernel's tile loop elsewhere; a single token.
-GEOMETRIES = ((8, 1, 5), (24, 96, 400), (6, 3100, 2**22), (4, 7, 1))
+# (rows R, columns C, tokens N): one column; many rows, a launch of 64 cases (128
+# requests with the bridges) spanning more than launch.plan.SMALL_CELLS cells, so
+# that it takes the lanes kernel's LARGE shape; windows of more than 32 of its
+# 1024-column tiles, over enough tokens (launch.plan.TILED_MIN_TOKENS) that such
+# a launch fills 75% of its windows and takes the tiled kernel where the pool's
+# columns are contiguous (launch.plan.tiled), the lanes kernel's tile loop (its
+# 4096 / 128 = 32 lanes, not ONE) elsewhere; a single token.
+GEOMETRIES = ((8, 1, 5), (24, 200, 800), (6, 33000, 2**22), (4, 7, 1))
 LAYOUTS = ("contiguous", "column-slice", "every-other-row", "every-other-column", "transposed")
 GUARD = -0x5A5A5A5A  # what the buffer around a pool view holds; a kernel never writes it
 

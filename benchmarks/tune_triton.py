@@ -24,7 +24,7 @@ bench`` times it: one int32 copy of 6 bytes per token) are timed with
 ``do_bench`` (median of one call replayed from a CUDA graph, so that the
 host's launch is out of the figure; L2 flushed, warmup 10 ms, rep 40 ms) or,
 with ``--timer chained``, back to back in CUDA graphs with no flush
-(``kv_canary.bench.graph_chain_us``: the regime of a captured serving step),
+(``kv_canary.bench.chained_us``: the regime of a captured serving step),
 REPEATS rounds interleaved so that drift hits all alike (each round starting
 one run later: ``kv_canary.bench.interleaved``); a figure is the median over
 rounds. Printed per case: each config's us and its ratios to the baseline and
@@ -79,7 +79,7 @@ import triton
 import triton.language as tl
 
 from kv_canary.baseline_kernels import launch_per_request_tile
-from kv_canary.bench import graph_chain_us, interleaved, make_inputs, parse_case, same_bytes_copy
+from kv_canary.bench import chained_us as bench_chained_us, interleaved, make_inputs, parse_case, same_bytes_copy
 from kv_canary_torch import triton_kernel as k
 from kv_canary_torch.launch import dispatch, plan as launch_plan
 from kv_canary_torch.launch.plan import launch_shape
@@ -344,13 +344,14 @@ def launch_library(flat_in, offsets, rows, pool, block, warps):
     if sizes is None:
         return
     bs, n_tokens, n_rows, width = sizes
-    lanes = _lanes(bs, longest_window(width, n_tokens), block)
+    longest = longest_window(width, n_tokens)
+    lanes = _lanes(bs, longest, block)
     wide = width * max(pool.stride(1), flat_in.stride(0), 1) >= 2**31 or width + lanes * block >= 2**31
     k.scatter_req_token_ids_kernel[(bs, lanes)](
         flat_in, offsets, rows, pool, n_tokens, n_rows, width, flat_in.stride(0), offsets.stride(0), rows.stride(0),
         pool.stride(0), pool.stride(1), BLOCK=block, WIDE=wide, STREAM=False,
         UNIT=flat_in.stride(0) == 1 and pool.stride(1) == 1, DENSE=offsets.stride(0) == 1 and rows.stride(0) == 1,
-        num_warps=warps,
+        ONE=lanes * block >= longest, num_warps=warps,
     )
 
 
@@ -492,7 +493,7 @@ def bench_us(fn) -> float:
 
 def chained_us(fn) -> float:
     """Device us of one call in a chain (``--timer chained``): CUDA graphs of 16 calls and of 1, no flush (kv_canary.bench)."""
-    return graph_chain_us(torch, fn)
+    return bench_chained_us(torch, {"fn": fn})["fn"]
 
 
 def wall_us(fn) -> float:

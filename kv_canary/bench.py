@@ -7,15 +7,15 @@ read, 4 written), so the floor is ``12 * tokens / copy bandwidth``, with the
 copy bandwidth measured in the same run.
 
 Methods (one GPU, nothing else running):
-- torch device time: ``triton.testing.do_bench`` median (it flushes the L2
-  between calls) of one launcher call; the Triton kernel, the
-  per-request-tile baseline, a copy of the same bytes and an empty Triton
-  kernel are each the median of ``ROUNDS`` interleaved rounds, so that a
-  drift of the machine hits all four alike (single ``do_bench`` runs moved by
-  up to 3x in one row of one run), each round starting one run later; the two
-  kernels write the same pool in a round and a fresh one each round, so that
-  where a pool lies in memory favours neither (``KernelRuns``); the
-  torch-vectorized backend is one run.
+- torch device time, flushed (``flushed_us``): one launcher call between CUDA
+  events, the L2 flushed just before it as ``triton.testing.do_bench`` flushes
+  it; the Triton kernel, the per-request-tile baseline, a copy of the same
+  bytes and an empty Triton kernel take turns call by call, so that a drift of
+  the machine hits all four alike, over ``ROUNDS`` rounds; the two kernels
+  write the same pool in a round and a fresh one each round, so that where a
+  pool lies in memory favours neither (``KernelRuns``); each figure is the
+  median over all its calls. The torch-vectorized backend is one ``do_bench``
+  run.
 - torch host time: ``kv_canary.bench_host``, the launcher called as a
   serving runtime calls it (a new ``len(flat_in)`` every call, ``bs`` and
   ``N`` changing, a repeated shape), beside one eager torch op and sglang's
@@ -39,18 +39,13 @@ Methods (one GPU, nothing else running):
 - JAX wall time: per call of a jitted, pool-donating function, median of 5
   rounds of back-to-back calls (``WALL_CALLS`` in all), next to the same for a
   jitted function that only returns the donated pool (the dispatch floor).
-- torch kernel time, flushed (``flushed_kernel_us``): the Triton kernel's and
-  the baseline's own durations on the device clock (``torch.profiler``), the L2
-  flushed before each call as ``do_bench`` flushes it, interleaved rounds on
-  pools of their own per round: what the kernels take, without the launch
-  and the CUDA events that ``do_bench``'s figure holds. Taken after every
-  other figure of every case (``bench_torch_kernels`` says why).
-- torch chained time (``graph_chain_us``), of the Triton kernel and of the
+- torch chained time (``chained_us``), of the Triton kernel and of the
   per-request-tile baseline: ``CHAIN`` launches captured in one CUDA graph,
   replayed, minus one launch, over ``CHAIN - 1``, each replay timed by CUDA
-  events: the same method as the JAX figure (no flush between launches), so
-  Pallas and Triton compare like for like, and the regime of a captured
-  serving step (inputs warm in L2 where they fit), beside the flushed one.
+  events, the two kernels' replays taking turns: the same method as the JAX
+  figure (no flush between launches), so Pallas and Triton compare like for
+  like, and the regime of a captured serving step (inputs warm in L2 where
+  they fit), beside the flushed one.
 
 On a TPU (JAX's default platform; ``run_tpu``) there is no torch or Triton to
 time: the JAX device and wall times of ``mosaic_tpu`` and ``xla`` over the same
@@ -109,6 +104,7 @@ BYTES_PER_TOKEN = 12
 TPU_BYTES_PER_TOKEN = 20
 TPU_IMPLEMENTATIONS = ("mosaic_tpu", "xla")
 CHAIN = 16
+CHAINED_REPLAYS = 100  # timed replays of each graph of the torch chained figures
 # Interleaved rounds of the torch device figures (kernel, baseline, copy, empty kernel).
 ROUNDS = 5
 # The JAX implementations that run one kernel per application, all named kv_canary_...
@@ -214,11 +210,11 @@ def bench_torch(inputs, expected, measures: dict):
         outs[backend] = out = pool.clone()
         launch(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=out, backend=backend)
         assert np.array_equal(out.cpu().numpy(), expected), f"torch/{backend} disagrees with the reference"
-    # The figures the targets compare, in interleaved rounds (a drift of the GPU or the
-    # host hits them alike): the kernel, the per-request-tile baseline, the same-bytes
-    # copy and the empty kernel; the two kernels on a pool of each round's (KernelRuns).
+    # The figures the targets compare, taking turns (a drift of the GPU or the host hits
+    # them alike): the kernel, the per-request-tile baseline, the same-bytes copy and the
+    # empty kernel; the two kernels on a pool of each round's (KernelRuns).
     kernels = KernelRuns(torch, inputs)
-    measures |= _interleaved_us(triton, {
+    measures |= flushed_us(torch, {
         "torch_triton_us": kernels.ours,
         "per_request_tile_us": kernels.baseline,
         "same_bytes_copy_us": same_bytes_copy(torch, inputs[0].shape[0]),
@@ -233,55 +229,44 @@ def bench_torch(inputs, expected, measures: dict):
     # no flush between them, minus one launch): the like-for-like comparison, and
     # the baseline the same way (a captured serving step's regime, beside the flushed one).
     kernels.next_pool(0)  # one pool for both
-    measures["torch_triton_chained_us"] = graph_chain_us(torch, kernels.ours)
-    measures["per_request_tile_chained_us"] = graph_chain_us(torch, kernels.baseline)
+    measures |= chained_us(torch, {"torch_triton_chained_us": kernels.ours, "per_request_tile_chained_us": kernels.baseline})
 
 
-def bench_torch_kernels(inputs) -> dict:
-    """The two kernels' own flushed durations on the device clock (``flushed_kernel_us``), on a pool of each round's.
+def chained_us(torch, runs: dict, replays: int = CHAINED_REPLAYS) -> dict:
+    """``{name: us}``: microseconds per call of each of ``runs`` chained: a CUDA graph of ``CHAIN`` calls minus one of
+    1, over ``CHAIN - 1``.
 
-    ``run`` takes these after every other figure of every case: on the H200 the
-    profiler's sessions left the launches and kernels timed after them slower
-    (tenth session: do_bench figures of the Python-launched baseline of 15-20 us
-    where they read 5-6 without a session before, chained figures 0.8 us higher).
+    Each run is called once first (nothing compiles during capture), then both of its graphs are captured. Each
+    turn replays every run's two graphs, each replay timed by CUDA events on the stream, the runs starting one
+    later each turn; one untimed turn first, then ``replays``; a graph's figure is the median of its replays. No
+    flush and no host work between the calls: what a captured serving step sees, the inputs warm in L2 where they
+    fit. In turns, so that the state of the machine hits the runs alike: timed one run after the other, at
+    kernels of 1-2 us the same run's figure read 0.7 in one run and 1.4 in the next (H200, eleventh session).
     """
-    import torch
-
-    kernels = KernelRuns(torch, inputs)
-    return flushed_kernel_us(torch, {
-        "torch_triton_kernel_us": (KERNEL_MARKERS["torch_triton_kernel_us"], kernels.ours),
-        "per_request_tile_kernel_us": (KERNEL_MARKERS["per_request_tile_kernel_us"], kernels.baseline),
-    }, ROUNDS, before_round=kernels.next_pool)
-
-
-def graph_chain_us(torch, fn, replays: int = 30) -> float:
-    """Microseconds per call of ``fn`` chained: a CUDA graph of ``CHAIN`` calls minus one of 1, over ``CHAIN - 1``.
-
-    Each replay timed by CUDA events on the stream; the median over
-    ``replays`` replays of each graph, taken in turn. No flush and no host
-    work between the calls: what a captured serving step sees, the inputs
-    warm in L2 where they fit. ``fn`` is called once first, so that nothing
-    compiles during capture.
-    """
-    fn()
+    for fn in runs.values():
+        fn()
     torch.cuda.synchronize()
     graphs = {}
-    for k in (1, CHAIN):
-        graphs[k] = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graphs[k]):
-            for _ in range(k):
-                fn()
-    events = {k: [] for k in graphs}
-    for _ in range(replays):
-        for k, graph in graphs.items():
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            events[k].append((start, end))
+    for name, fn in runs.items():
+        for k in (1, CHAIN):
+            graphs[name, k] = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graphs[name, k]):
+                for _ in range(k):
+                    fn()
+    names = list(runs)
+    timed: dict = {key: [] for key in graphs}
+    for turn in range(1 + replays):
+        for name in names[turn % len(names):] + names[:turn % len(names)]:
+            for k in (1, CHAIN):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                graphs[name, k].replay()
+                end.record()
+                if turn:
+                    timed[name, k].append((start, end))
     torch.cuda.synchronize()
-    median_ms = {k: statistics.median(s.elapsed_time(e) for s, e in pairs) for k, pairs in events.items()}
-    return (median_ms[CHAIN] - median_ms[1]) / (CHAIN - 1) * 1e3
+    median_ms = {key: statistics.median(start.elapsed_time(end) for start, end in pairs) for key, pairs in timed.items()}
+    return {name: (median_ms[name, CHAIN] - median_ms[name, 1]) / (CHAIN - 1) * 1e3 for name in names}
 
 
 def _wall(fn, args, calls: int, rounds: int = 5) -> float:
@@ -408,66 +393,45 @@ def interleaved(runs: dict, timer, rounds: int, before_round=None) -> dict:
     return {name: statistics.median(t) for name, t in samples.items()}
 
 
-# The kernels of the flushed device-clock figures, by a part of their names: the launcher's two
-# (scatter_req_token_ids_kernel, scatter_req_token_ids_tiled_kernel) and the baseline's.
-KERNEL_MARKERS = {"torch_triton_kernel_us": "scatter_req_token_ids", "per_request_tile_kernel_us": "per_request_tile"}
 FLUSH_BYTES = 256 * 2**20  # what do_bench writes to flush the L2 before each call
-KERNEL_CALLS = 40  # calls per run and round of the device-clock figures
+FLUSHED_CALLS = 60  # timed calls of each run per round of the flushed figures
+FLUSHED_WARMUP = 10  # untimed turns before each round's timed ones
 
 
-def kernel_durations_us(events, marker: str) -> list[float]:
-    """The durations (us, device clock) of the CUDA kernels among ``torch.profiler`` ``events`` whose names hold ``marker``."""
-    from torch.autograd import DeviceType
+def flushed_us(torch, runs: dict, rounds: int = ROUNDS, before_round=None, calls: int = FLUSHED_CALLS,
+               warmup: int = FLUSHED_WARMUP) -> dict:
+    """``{name: us}``: each of ``runs``' median over ``rounds * calls`` calls, each timed by CUDA events around it
+    with the L2 flushed just before (``FLUSH_BYTES`` written, as ``do_bench`` flushes it), the runs taking turns.
 
-    return [e.time_range.elapsed_us() for e in events if e.device_type == DeviceType.CUDA and marker in e.name]
-
-
-def flushed_kernel_us(torch, runs: dict, rounds: int, before_round=None, calls: int = KERNEL_CALLS) -> dict:
-    """``{name: us}``: the median duration on the device clock of the kernel of each of ``runs`` (``name -> (marker, fn)``),
-    the L2 flushed before each call as ``do_bench`` flushes it.
-
-    ``rounds`` interleaved rounds (``interleaved_samples``) of ``calls`` calls of
-    each run, under one ``torch.profiler`` session; a figure is the median over
-    all of a run's calls. The kernel's own start and end (CUPTI), so neither
-    the launch nor the events around it count: on the H200 ``do_bench``'s
-    figure of a kernel that does nothing moved by 0.8 us between cases of one
-    run (tenth session), more than the difference between the kernels this
-    compares below 256K tokens. Raises RuntimeError unless the profiler saw
-    exactly one kernel of each run per call.
+    Each turn calls every run once, starting one run later than the turn before; each round opens with ``warmup``
+    untimed turns, and ``before_round(k)``, where given, runs before round ``k``. Turns, not a ``do_bench`` run of
+    each: on the H200 (eleventh session, three runs of ROUNDS interleaved ``do_bench`` rounds at each of 9 cases) the
+    difference between the Triton kernel's figure and the baseline's at one case moved by up to 1.1 us from run to
+    run, more than the bars it is held to, while over calls taken in turns it moved by 0.1 us or less at 7 of the 9.
     """
-    from torch.profiler import ProfilerActivity, profile
-
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-
-    def calls_of(fn):
-        for _ in range(calls):
-            flush.zero_()
-            fn()
-
-    for _, fn in runs.values():
-        fn()  # compiled, bound and warm before the profiler starts
+    names = list(runs)
+    timed: dict = {name: [] for name in names}
+    for k in range(rounds):
+        if before_round is not None:
+            before_round(k)
+        for turn in range(warmup + calls):
+            for name in names[turn % len(names):] + names[:turn % len(names)]:
+                flush.zero_()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                runs[name]()
+                end.record()
+                if turn >= warmup:
+                    timed[name].append((start, end))
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        interleaved_samples({name: fn for name, (_, fn) in runs.items()}, calls_of, rounds, before_round)
-        torch.cuda.synchronize()
-    events = prof.events()
-    out = {}
-    for name, (marker, _) in runs.items():
-        durations = kernel_durations_us(events, marker)
-        if len(durations) != rounds * calls:
-            raise RuntimeError(f"the profiler saw {len(durations)} kernels named *{marker}*, not {rounds * calls}")
-        out[name] = statistics.median(durations)
-    return out
-
-
-def _interleaved_us(triton, fns: dict, before_round=None) -> dict:
-    """Microseconds per call of each of ``fns``: the median of ``ROUNDS`` interleaved rounds of ``do_bench`` medians."""
-    return interleaved(fns, lambda fn: triton.testing.do_bench(fn, return_mode="median") * 1e3, ROUNDS, before_round)
+    return {name: statistics.median(start.elapsed_time(end) for start, end in pairs) * 1e3
+            for name, pairs in timed.items()}
 
 
 @functools.cache
 def _empty_kernel(torch, triton):
-    """A call that launches a Triton kernel doing nothing: do_bench's floor on this machine."""
+    """A call that launches a Triton kernel doing nothing: the floor of the flushed figures on this machine."""
     @triton.jit
     def empty(x_ptr):
         pass
@@ -477,8 +441,8 @@ def _empty_kernel(torch, triton):
 
 
 def empty_kernel_us(torch, triton) -> float:
-    """do_bench's floor on this machine: the median time of a kernel that does nothing."""
-    return _interleaved_us(triton, {"empty": _empty_kernel(torch, triton)})["empty"]
+    """The flushed figures' floor on this machine: the median time of a kernel that does nothing (``flushed_us``)."""
+    return flushed_us(torch, {"empty": _empty_kernel(torch, triton)})["empty"]
 
 
 def versions() -> dict:
@@ -506,9 +470,6 @@ COLUMNS = (
     ("triton_over_copy", "triton / copy"),
     ("per_request_tile_us", "per-request-tile baseline us"),
     ("triton_over_baseline", "triton / baseline"),
-    ("torch_triton_kernel_us", "triton kernel us"),
-    ("per_request_tile_kernel_us", "baseline kernel us"),
-    ("triton_over_baseline_kernel", "triton / baseline kernel"),
     ("empty_kernel_us", "empty kernel us"),
     ("triton_over_empty_us", "triton - empty kernel us"),
     ("torch_triton_chained_us", "triton chained us"),
@@ -544,7 +505,6 @@ def derived(measures: dict, empty_us: float) -> dict:
     for key, (kernel, base) in {
         "triton_over_copy": ("torch_triton_us", "same_bytes_copy_us"),
         "triton_over_baseline": ("torch_triton_us", "per_request_tile_us"),
-        "triton_over_baseline_kernel": ("torch_triton_kernel_us", "per_request_tile_kernel_us"),
         "triton_over_baseline_chained": ("torch_triton_chained_us", "per_request_tile_chained_us"),
     }.items():
         if measures.get(kernel) and measures.get(base):
@@ -587,7 +547,7 @@ def render(rows: list[Row], meta: dict) -> str:
     info = ", ".join(f"{k} {v}" for k, v in meta.items() if k not in ("copy_bw_tbs", "empty_kernel_us", "host"))
     return (
         f"Machine and versions: {info}. Copy bandwidth measured in this run: {meta['copy_bw_tbs']:.2f} TB/s; "
-        f"an empty Triton kernel measures {meta['empty_kernel_us']:.2f} us with do_bench (its floor here).\n\n"
+        f"an empty Triton kernel measures {meta['empty_kernel_us']:.2f} us flushed (the floor of the flushed figures).\n\n"
         + "\n".join(lines)
     )
 
@@ -625,13 +585,9 @@ def run(args) -> int:
         if not aligned and (bs, seq, ragged) in SGLANG_B_US:
             measures["sglang_b_us"] = SGLANG_B_US[(bs, seq, ragged)]
         width = inputs[3].shape[1]
+        measures |= derived(measures, meta["empty_kernel_us"])
         rows.append(Row(bs, seq, ragged, width, tokens, BYTES_PER_TOKEN * tokens / bw * 1e6, measures))
         progress(f"bs={bs} seq={seq} ragged={ragged} width={width} tokens={tokens}", measures)
-    for case, row in zip(selected, rows):  # last: see bench_torch_kernels
-        row.results |= bench_torch_kernels(make_inputs(*case[:3], aligned=case[3]))
-        row.results |= derived(row.results, meta["empty_kernel_us"])
-        progress(f"device clock bs={row.bs} seq={row.seq} ragged={row.ragged}",
-                 {k: row.results[k] for k in (*KERNEL_MARKERS, "triton_over_baseline_kernel")})
     table = "" if host is None else f"## Host time in the serving pattern\n\n{bench_host.HEADER}\n{bench_host.render(host)}\n\n"
     table += "## Device time\n\n"
     return _output(args, rows, meta, table + render(rows, meta), PERFORMANCE_HEADER)
@@ -733,9 +689,8 @@ launcher's host time as a serving runtime calls it (shapes that change every cal
 12 bytes per token over the Triton kernel's time, against the copy bandwidth measured in the same run.
 'sglang B us' is the anchor figure of sglang's later kernel (measured separately, not in this run).
 Ratios are of this run's figures: 'triton / copy' and 'triton / baseline' over the same-bytes copy and the
-per-request-tile baseline (L2 flushed before each call, `do_bench`: CUDA events around each launch); 'triton / baseline
-kernel' of the same two kernels' own durations on the device clock (profiler timestamps), flushed alike, without the
-launch and the events around it; 'triton / baseline chained' the same kernels back to back
+per-request-tile baseline (L2 flushed before each call as `do_bench` flushes it, CUDA events around each launch, the
+four runs of a case taking turns call by call); 'triton / baseline chained' the same kernels back to back
 in a CUDA graph, no flush, inputs warm in L2 where they fit (as a captured serving step runs them);
 'mosaic / pallas' of the two Pallas GPU kernels' device time per application
 in a chain of 16 (profiler kernel timestamps: the device clock), 'mosaic / pallas chained' of their host

@@ -18,14 +18,17 @@ Math of the strided kernel (one program per (request ``r``, column lane ``p``); 
         j = tile + [0, BLOCK)
         where lo <= j < hi:  pool_out[row, j] = int32(flat_in[base + j])   (low 32 bits)
 
-All int64 arithmetic is per program, on scalars; the per-element work is two
-int32 compares and two address computations (int64 only when ``WIDE``: a
+All int64 arithmetic is per program, on scalars; the per-element work is the
+int32 compares of a load mask and a store mask and two address computations (int64 only when ``WIDE``: a
 column index times a stride could pass 2**31), without the stride multiplies
 when ``UNIT`` (``flat_in`` and the pool's columns contiguous, as the launcher
 knows from the strides); ``DENSE`` (``offsets`` and ``req_pool_indices``
-contiguous) drops the multiplies before the three scalar loads too. Loads and stores are masked,
-every argument may have any strides, and a program whose lane has no tile in
-``[lo, hi)`` (or whose row is outside the pool) costs three scalar loads.
+contiguous) drops the multiplies before the scalar loads too; ``ONE`` (the
+launch has a lane for every tile of the longest window) replaces the tile loop
+of a window from column 0 by its one tile. Loads and stores are masked, every
+argument may have any strides, a program whose lane has no tile in ``[lo,
+hi)`` costs the two loads of the offsets, and one whose row is outside the
+pool loads its tokens and stores nothing.
 """
 
 from __future__ import annotations
@@ -119,39 +122,40 @@ def scatter_req_token_ids_kernel(
     STREAM: tl.constexpr,  # streaming cache hints: each byte is touched once
     UNIT: tl.constexpr,  # flat_stride == stride_col == 1: addresses are a base plus the lane's offsets
     DENSE: tl.constexpr,  # offsets_stride == rows_stride == 1: the request's scalars at request and request + 1
+    ONE: tl.constexpr,  # lanes * BLOCK >= min(C, N): a window from column 0 gives each lane one tile at most
 ):
     # bs on axis 0: up to 2**31 - 1 programs (axes 1 and 2 stop at 65535).
     request = tl.program_id(0).to(tl.int64)
     if DENSE:  # no stride multiply before the loads the whole program waits on
-        row_ok, row, start, end = request_scalars(request, offsets_ptr, rows_ptr, n_rows, 1, 1)
-    else:
-        row_ok, row, start, end = request_scalars(request, offsets_ptr, rows_ptr, n_rows, offsets_stride, rows_stride)
-    pool_row = pool_ptr + tl.where(row_ok, row, 0) * stride_row  # with hi = 0 when the row is outside
+        offsets_stride = 1
+        rows_stride = 1
+    start = tl.load(offsets_ptr + request * offsets_stride)
+    end = tl.load(offsets_ptr + (request + 1) * offsets_stride)
     # Two copies of the tile loop: the usual window starts at column 0 (no lower bound to mask, no division to
-    # find the first tile), any other one is clipped first.
+    # find the first tile, and one tile per lane where ONE), any other one is clipped first.
     if in_order(start, end, n_tokens):
-        hi = tl.where(row_ok, tl.minimum(end - start, width), 0)
-        lanes_copy(flat_in_ptr, pool_row, start, start - start, hi, flat_stride, stride_col,
-                   BLOCK, WIDE, STREAM, UNIT, True)
+        lanes_copy(flat_in_ptr, rows_ptr + request * rows_stride, n_rows, pool_ptr, stride_row, start, start - start,
+                   tl.minimum(end - start, width), flat_stride, stride_col, BLOCK, WIDE, STREAM, UNIT, True, ONE)
     else:
         base, lo, hi = clipped_window(start, end, width, n_tokens)
-        lanes_copy(flat_in_ptr, pool_row, base, lo, tl.where(row_ok, hi, 0), flat_stride, stride_col,
-                   BLOCK, WIDE, STREAM, UNIT, False)
+        lanes_copy(flat_in_ptr, rows_ptr + request * rows_stride, n_rows, pool_ptr, stride_row, base, lo, hi,
+                   flat_stride, stride_col, BLOCK, WIDE, STREAM, UNIT, False, False)
 
 
 @triton.jit
-def lanes_copy(flat_in_ptr, pool_row, base, lo, hi, flat_stride, stride_col, BLOCK: tl.constexpr, WIDE: tl.constexpr,
-               STREAM: tl.constexpr, UNIT: tl.constexpr, FROM_ZERO: tl.constexpr):
-    """This program's lane of ``pool_row[j] = int32(flat_in[base + j])`` for ``lo <= j < hi`` (``lo == 0`` when ``FROM_ZERO``).
+def lanes_copy(flat_in_ptr, row_at, n_rows, pool_ptr, stride_row, base, lo, hi, flat_stride, stride_col,
+               BLOCK: tl.constexpr, WIDE: tl.constexpr, STREAM: tl.constexpr, UNIT: tl.constexpr,
+               FROM_ZERO: tl.constexpr, ONE: tl.constexpr):
+    """This program's lane of ``pool[row, j] = int32(flat_in[base + j])`` for ``lo <= j < hi`` (``lo == 0`` when
+    ``FROM_ZERO``), ``row = *row_at`` written only where it is in ``[0, n_rows)``.
 
-    Lane ``p`` of ``P`` (grid axis 1) takes every ``P``-th tile of ``BLOCK`` columns from ``lo``'s tile.
+    Lane ``p`` of ``P`` (grid axis 1) takes every ``P``-th tile of ``BLOCK`` columns from ``lo``'s tile; ``ONE``
+    (only with ``FROM_ZERO``, where ``P * BLOCK >= hi``) says that is tile ``p`` alone. The row is loaded only by a
+    lane with a tile, after the test, as the per-request-tile design does: an idle program costs the two offsets'
+    loads. Its check bounds the stores alone, so the token loads (inside ``flat_in`` whatever the row) need not
+    wait for it; a row outside the pool costs its tokens' loads and writes nothing.
     """
     lane = tl.program_id(1)
-    lanes = tl.num_programs(1)
-    if UNIT:
-        flat_row = flat_in_ptr + base  # int64 scalar offsets
-    else:
-        flat_row = flat_in_ptr + base * flat_stride
     if WIDE:
         lo_c = lo
         hi_c = hi
@@ -162,25 +166,42 @@ def lanes_copy(flat_in_ptr, pool_row, base, lo, hi, flat_stride, stride_col, BLO
         first = lane * BLOCK
     else:
         first = (lo_c // BLOCK + lane) * BLOCK
-    if WHILE_LOOP:
-        tile = first
-        while tile < hi_c:
-            copy_tile(flat_row, pool_row, tile, lo_c, hi_c, flat_stride, stride_col, BLOCK, STREAM, UNIT, FROM_ZERO)
-            tile += lanes * BLOCK
-    else:
-        for tile in range(first, hi_c, lanes * BLOCK):
-            copy_tile(flat_row, pool_row, tile, lo_c, hi_c, flat_stride, stride_col, BLOCK, STREAM, UNIT, FROM_ZERO)
+    if first < hi_c:
+        row = tl.load(row_at)
+        row_ok = (row >= 0) & (row < n_rows)
+        pool_row = pool_ptr + tl.where(row_ok, row, 0) * stride_row
+        stored_hi = tl.where(row_ok, hi_c, 0)
+        if UNIT:
+            flat_row = flat_in_ptr + base  # int64 scalar offsets
+        else:
+            flat_row = flat_in_ptr + base * flat_stride
+        if ONE:
+            copy_tile(flat_row, pool_row, first, lo_c, hi_c, stored_hi, flat_stride, stride_col, BLOCK, STREAM, UNIT,
+                      FROM_ZERO)
+        elif WHILE_LOOP:
+            tile = first
+            while tile < hi_c:
+                copy_tile(flat_row, pool_row, tile, lo_c, hi_c, stored_hi, flat_stride, stride_col, BLOCK, STREAM,
+                          UNIT, FROM_ZERO)
+                tile += tl.num_programs(1) * BLOCK
+        else:
+            for tile in range(first, hi_c, tl.num_programs(1) * BLOCK):
+                copy_tile(flat_row, pool_row, tile, lo_c, hi_c, stored_hi, flat_stride, stride_col, BLOCK, STREAM,
+                          UNIT, FROM_ZERO)
 
 
 @triton.jit
-def copy_tile(flat_row, pool_row, tile, lo_c, hi_c, flat_stride, stride_col, BLOCK: tl.constexpr, STREAM: tl.constexpr,
-              UNIT: tl.constexpr, FROM_ZERO: tl.constexpr):
-    """Columns ``tile + [0, BLOCK)`` of the window ``[lo_c, hi_c)``: ``pool_row[j] = int32(flat_row[j])``."""
+def copy_tile(flat_row, pool_row, tile, lo_c, hi_c, stored_hi, flat_stride, stride_col, BLOCK: tl.constexpr,
+              STREAM: tl.constexpr, UNIT: tl.constexpr, FROM_ZERO: tl.constexpr):
+    """Columns ``tile + [0, BLOCK)`` of the window ``[lo_c, hi_c)``: loads its tokens, stores ``pool_row[j] =
+    int32(flat_row[j])`` for those below ``stored_hi`` (``hi_c``, or 0 for a row outside the pool)."""
     cols = tile + tl.arange(0, BLOCK)
     if FROM_ZERO:
-        mask = cols < hi_c
+        loaded = cols < hi_c
+        stored = cols < stored_hi
     else:
-        mask = (cols >= lo_c) & (cols < hi_c)
+        loaded = (cols >= lo_c) & (cols < hi_c)
+        stored = (cols >= lo_c) & (cols < stored_hi)
     if UNIT:  # one scalar base per tile plus constant lane offsets, instead of a multiply per element
         flat_at = flat_row + cols
         pool_at = pool_row + cols
@@ -188,11 +209,11 @@ def copy_tile(flat_row, pool_row, tile, lo_c, hi_c, flat_stride, stride_col, BLO
         flat_at = flat_row + cols * flat_stride
         pool_at = pool_row + cols * stride_col
     if STREAM:
-        ids = tl.load(flat_at, mask=mask, eviction_policy="evict_first")
-        tl.store(pool_at, ids.to(tl.int32), mask=mask, cache_modifier=".cs")
+        ids = tl.load(flat_at, mask=loaded, eviction_policy="evict_first")
+        tl.store(pool_at, ids.to(tl.int32), mask=stored, cache_modifier=".cs")
     else:
-        ids = tl.load(flat_at, mask=mask)
-        tl.store(pool_at, ids.to(tl.int32), mask=mask)
+        ids = tl.load(flat_at, mask=loaded)
+        tl.store(pool_at, ids.to(tl.int32), mask=stored)
 
 
 @triton.jit(do_not_specialize=["n_tokens", "n_rows", "width", "offsets_stride", "rows_stride", "stride_row"])

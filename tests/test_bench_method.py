@@ -1,6 +1,6 @@
 """``kv_canary.bench``'s helpers that hold its method: the cases it takes (``parse_case``, ``selected_cases``),
-interleaved rounds (every run once a round, each round starting one run later) and the kernels' own durations from
-a profiler's events.
+interleaved rounds (every run once a round, each round starting one run later), the flushed figures (calls between
+CUDA events after an L2 flush, the runs taking turns) and the chained ones (CUDA graphs replayed in turns).
 
 The benchmarks time competing runs in such rounds (``bench_torch``, ``bench_step``, ``benchmarks/tune_triton.py``),
 so that a drift of the machine, or a run's place in a round, favours none of them.
@@ -50,27 +50,93 @@ def test_a_figure_is_the_median_over_rounds():
     assert bench.interleaved({"a": "a", "b": "b"}, lambda run: next(values), 3) == {"a": 5.0, "b": 3.0}
 
 
-def test_kernel_durations_are_the_named_device_kernels():
-    from torch.autograd import DeviceType
+def test_flushed_figures_time_each_call_after_a_flush_the_runs_taking_turns():
+    log, clock = [], [0.0]  # clock: milliseconds, as CUDA events count them
 
-    def event(name, device, us):
-        return SimpleNamespace(name=name, device_type=device, time_range=SimpleNamespace(elapsed_us=lambda: us))
+    class Event:
+        def __init__(self, enable_timing):
+            assert enable_timing
 
-    events = [event("scatter_req_token_ids_kernel", DeviceType.CUDA, 3.0), event("vectorized_elementwise_kernel", DeviceType.CUDA, 70.0),
-              event("scatter_req_token_ids_kernel", DeviceType.CPU, 9.0),  # the host side of a launch
-              event("scatter_req_token_ids_tiled_kernel", DeviceType.CUDA, 4.0), event("per_request_tile_kernel", DeviceType.CUDA, 5.0)]
-    assert bench.kernel_durations_us(events, bench.KERNEL_MARKERS["torch_triton_kernel_us"]) == [3.0, 4.0]
-    assert bench.kernel_durations_us(events, bench.KERNEL_MARKERS["per_request_tile_kernel_us"]) == [5.0]
+        def record(self):
+            self.at = clock[0]
+
+        def elapsed_time(self, end):
+            return end.at - self.at
+
+    def run(name, costs):
+        costs = iter(costs)
+
+        def call():
+            log.append(name)
+            clock[0] += next(costs)
+        return call
+
+    flush = SimpleNamespace(zero_=run("flush", iter(lambda: 50.0, None)))  # before each call: outside its events
+    torch = SimpleNamespace(empty=lambda n, dtype, device: flush if n * 4 == bench.FLUSH_BYTES else None, int32=None,
+                            cuda=SimpleNamespace(Event=Event, synchronize=lambda: log.append("sync")))
+    runs = {"a": run("a", [1.0, 0.002, 0.004, 0.003] * 2), "b": run("b", [1.0, 0.005, 0.006, 0.007] * 2)}
+    figures = bench.flushed_us(torch, runs, rounds=2, before_round=lambda k: log.append(f"round {k}"), calls=3, warmup=1)
+    assert figures == {"a": pytest.approx(3.0), "b": pytest.approx(6.0)}  # microseconds; the warm-up turn's 1 ms left out
+    turns = ["flush", "a", "flush", "b", "flush", "b", "flush", "a"] * 2
+    assert log == ["round 0", *turns, "round 1", *turns, "sync"]
+
+
+def test_chained_figures_replay_both_graphs_of_every_run_in_turns():
+    log, clock, capturing = [], [0.0], []  # clock: milliseconds, as CUDA events count them
+
+    class Event:
+        def __init__(self, enable_timing):
+            assert enable_timing
+
+        def record(self):
+            self.at = clock[0]
+
+        def elapsed_time(self, end):
+            return end.at - self.at
+
+    class Graph:
+        def __init__(self):
+            self.costs = []
+
+        def replay(self):  # a launch's overhead, then the captured calls
+            log.append(f"{self.name} x{len(self.costs)}")
+            clock[0] += 0.004 + sum(self.costs)
+
+    class Capture:
+        def __init__(self, graph):
+            self.graph = graph
+
+        def __enter__(self):
+            capturing.append(self.graph)
+
+        def __exit__(self, *_):
+            capturing.pop()
+
+    def run(name, ms):
+        def call():
+            if capturing:
+                capturing[-1].name = name
+                capturing[-1].costs.append(ms)
+            else:
+                log.append(f"{name} warm")
+        return call
+
+    torch = SimpleNamespace(cuda=SimpleNamespace(Event=Event, CUDAGraph=Graph, graph=Capture, synchronize=lambda: None))
+    figures = bench.chained_us(torch, {"a": run("a", 0.002), "b": run("b", 0.003)}, replays=2)
+    assert figures == {"a": pytest.approx(2.0), "b": pytest.approx(3.0)}  # microseconds a call; the overhead cancels
+    chain = f"x{bench.CHAIN}"
+    turn = {name: [f"{name} x1", f"{name} {chain}"] for name in "ab"}
+    assert log == ["a warm", "b warm", *turn["a"], *turn["b"], *turn["b"], *turn["a"], *turn["a"], *turn["b"]]
 
 
 @pytest.mark.gpu
-def test_the_flushed_kernel_figures_count_one_kernel_a_call():
+def test_the_flushed_and_chained_figures_of_the_two_kernels():
     import torch
 
     kernels = bench.KernelRuns(torch, bench.make_inputs(64, 2048, False), rounds=2)
-    runs = {"ours": ("scatter_req_token_ids", kernels.ours), "baseline": ("per_request_tile", kernels.baseline)}
-    figures = bench.flushed_kernel_us(torch, runs, 2, before_round=kernels.next_pool, calls=5)
-    assert set(figures) == {"ours", "baseline"} and all(0 < us < 1000 for us in figures.values())
-    runs["none"] = ("no_such_kernel", lambda: None)
-    with pytest.raises(RuntimeError, match="saw 0 kernels named"):
-        bench.flushed_kernel_us(torch, runs, 1, calls=2)
+    rounds = []
+    figures = bench.flushed_us(torch, {"ours": kernels.ours, "baseline": kernels.baseline}, rounds=2,
+                               before_round=lambda k: rounds.append(k) or kernels.next_pool(k), calls=5, warmup=1)
+    assert rounds == [0, 1] and set(figures) == {"ours", "baseline"} and all(0 < us < 1000 for us in figures.values())
+    chained = bench.chained_us(torch, {"ours": kernels.ours, "baseline": kernels.baseline}, replays=3)
+    assert set(chained) == {"ours", "baseline"} and all(0 < us < 1000 for us in chained.values())

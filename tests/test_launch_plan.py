@@ -5,7 +5,7 @@ checked path plans in Python. Both must name the same kernel slot, grid and
 ints for every input, or a remembered call would launch another kernel than
 its first call did. Checked at every boundary of the rule (the small/large
 shape, the tiled kernel's window, idleness and grid limits, the WIDE
-switch, the int32 widths) and on random sizes and strides.
+and ONE switches, the int32 widths) and on random sizes and strides.
 """
 
 from __future__ import annotations
@@ -57,12 +57,15 @@ def boundary_sizes():
         width = 10 * large + 1
         for n in around(launch_plan.TILED_FILL * bs * width // 100) + around(bs * width) + [bs, bs * 7]:
             out.append((bs, n, bs + 1, width, width, 1, 1, 1, 1))
+    for bs in (3, 64, 1000):  # ONE: the lanes, cdiv(TARGET_PROGRAMS, bs), against the window's tiles
+        for width in around(-(-launch_plan.LARGE[2] // bs) * large):
+            out.append((bs, 2 * width, bs + 1, width, width, 1, 1, 1, 1))  # 2 windows' tokens: not full, not tiled
     for width in around((launch_plan.GRID_AXIS_1 - 1) * large):  # grid axis 1: tiles == cdiv(window, BLOCK) + 1
         out.append((1, width, 2, width, width, 1, 1, 1, 1))
     for width, stride in ((INT32_END // 2, 2), (INT32_END - 1, 1), (INT32_END // 3, 3), (INT32_END - small, 1)):
         for w in around(width):  # WIDE: C * max(strides) or C + lanes * BLOCK reaching 2**31
             out += [(1, 10, 2, w, w * stride, stride, 1, 1, 1), (1, 10, 2, w, w, 1, stride, 1, 1),
-                    (100, 10**6, 2, w, w, 1, 1, 1, 1)]
+                    (100, 10**6, 2, w, w, 1, 1, 1, 1), (2, 20000, 2, w, w * stride, stride, 1, 1, 1)]
     for big in around(INT32_END):  # each int, and bs, at the int32 width
         out += [(4, big, 5, 100, 100, 1, 1, 1, 1), (4, 100, big, 100, 100, 1, 1, 1, 1), (4, 100, 5, big, big, 1, 1, 1, 1),
                 (4, 100, 5, 100, big, 1, 1, 1, 1), (4, 100, 5, 100, 100, big, 1, 1, 1), (4, 100, 5, 100, 100, 1, big, 1, 1),
@@ -113,4 +116,16 @@ def test_the_twin_takes_the_rules_numbers(c_module, monkeypatch):
 def test_the_rule_refuses_shapes_the_twin_cannot_tell_apart(monkeypatch):
     monkeypatch.setattr(launch_plan, "SMALL", launch_plan.LARGE)
     with pytest.raises(ValueError):
+        launch_plan.rule()
+
+
+def test_every_small_launch_has_lanes_for_its_tiles(monkeypatch):
+    # No slot holds a SMALL kernel with the tile loop: the rule refuses numbers that would need one.
+    block, _, target, _ = launch_plan.SMALL
+    for bs in (1, 2, 3, 5, 64, 1000, launch_plan.SMALL_CELLS):
+        window = launch_plan.SMALL_CELLS // bs
+        plan = launch_plan.plan(bs, window, 2, window, window, 1, 1, 1, 1, 0)
+        assert plan.shape == launch_plan.SMALL and dict(zip(launch_plan.LANES_CONSTEXPRS, plan.constexprs))["ONE"]
+    monkeypatch.setattr(launch_plan, "SMALL_CELLS", block * target + 1)
+    with pytest.raises(ValueError, match="SMALL_CELLS"):
         launch_plan.rule()

@@ -35,16 +35,17 @@ for int_type in ("i32", "i64"):
                      **{name: int_type for name in ints}, **{name: "constexpr" for name in launch.LANES_CONSTEXPRS})
     for block, warps, _, stream in (launch.SMALL, launch.LARGE):
         multiplies = {}
-        for wide, unit in ((False, False), (True, False), (False, True), (True, True)):
+        for wide, unit, one in ((w, u, o) for w in (False, True) for u in (False, True) for o in (False, True)):
             source = ASTSource(fn=k.scatter_req_token_ids_kernel, signature=signature,
-                               constexprs=dict(zip(launch.LANES_CONSTEXPRS, (block, wide, stream, unit, True))))
+                               constexprs=dict(zip(launch.LANES_CONSTEXPRS, (block, wide, stream, unit, True, one))))
             compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
             ptx = compiled.asm["ptx"]
             assert "st.global" in ptx
-            multiplies[wide, unit] = sum(line.split()[0].startswith(("mul.", "mad.")) for line in ptx.splitlines() if line.strip())
+            multiplies[wide, unit, one] = sum(line.split()[0].startswith(("mul.", "mad.")) for line in ptx.splitlines() if line.strip())
         # UNIT: no stride multiply per element (each thread handles BLOCK / (32 * warps) of them, twice: load and store).
         per_thread = block // (32 * warps)
-        assert all(multiplies[wide, False] - multiplies[wide, True] >= per_thread for wide in (False, True)), multiplies
+        assert all(multiplies[wide, False, one] - multiplies[wide, True, one] >= per_thread
+                   for wide in (False, True) for one in (False, True)), multiplies
 # The tiled kernel (contiguous arguments, the LARGE shape): its tiles store 16 bytes at a time, edges included.
 tiled_ints = ("n_tokens", "n_rows", "width", "offsets_stride", "rows_stride", "stride_row")
 for int_type in ("i32", "i64"):

@@ -101,8 +101,9 @@ static get_error_name_fn get_error_name;
 #define MAX_INTS 8
 #define MAX_SCRATCH 2
 #define MAX_PARAMS (N_POINTERS + MAX_INTS + MAX_SCRATCH)
-#define SLOTS 5      /* plan.SLOTS */
-#define TILED_SLOT 4 /* plan.TILED_SLOT */
+#define SLOTS 7      /* plan.SLOTS */
+#define LOOP_SLOT 4  /* plan.LOOP_SLOT */
+#define TILED_SLOT 6 /* plan.TILED_SLOT */
 #define INT32_END ((int64_t)1 << 31)
 #define GRID_X_MAX 0x7fffffffLL
 #define GRID_Y_MAX 65535LL
@@ -349,7 +350,8 @@ static void plan_launch(const Rule *rule, int64_t bs, int64_t n_tokens, int64_t 
         int64_t most = stride_col > flat_stride ? stride_col : flat_stride;
         if (most < 1) most = 1;
         int wide = (__int128)width * most >= INT32_END || (__int128)width + (__int128)lanes * block >= INT32_END;
-        out->slot = 2 * large + wide;
+        int one = (__int128)lanes * block >= window; /* no tile loop (plan.py: ONE) */
+        out->slot = one ? 2 * large + wide : LOOP_SLOT + wide;
         out->grid[1] = lanes;
         out->n_ints = 8;
         int64_t v[8] = {n_tokens, n_rows, width, flat_stride, offsets_stride, rows_stride, stride_row, stride_col};

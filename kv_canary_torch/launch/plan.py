@@ -26,9 +26,12 @@ Two kernels (``kv_canary_torch.triton_kernel``):
   inside windows;
 - ``lanes`` (``scatter_req_token_ids_kernel``): everything else, any strides;
   compiled with ``UNIT`` (no stride multiply per element) where ``flat_in``
-  and the pool's columns are contiguous, and ``WIDE`` (int64 column offsets)
+  and the pool's columns are contiguous, ``WIDE`` (int64 column offsets)
   where a column index times a stride, or the last lane's tile, could pass
-  2**31.
+  2**31, and ``ONE`` (no tile loop) where the lanes cover the longest window,
+  ``lanes * BLOCK >= min(C, N)``: every ``SMALL`` launch (``rule`` checks
+  that ``SMALL_CELLS`` guarantees it) and every ``LARGE`` one but batches of
+  more than ``TARGET_PROGRAMS`` tiles.
 
 Both kernels take ``DENSE`` where ``offsets`` and ``req_pool_indices`` are
 contiguous (every serving step's): no stride multiply before their loads.
@@ -71,6 +74,12 @@ from shared_spec.reference import longest_window
 SMALL_CELLS = 16384
 SMALL = (256, 4, 4096, False)
 LARGE = (1024, 4, 4096, False)
+# The lanes kernel's ONE (each lane one tile, no loop), with the row loaded after the lane's test: chained in CUDA
+# graphs 0.94-1.03x the baseline where the loop with the row first took 0.97-1.06x, flushed 0.95-0.99x where it took
+# 0.95-1.02x (tune_triton.py-style sweeps on the H200, eleventh session, two runs of 5 interleaved rounds, at the 8
+# batches of 128K-2M tokens on this kernel and two skewed workloads). Each change alone bought less (the late row
+# 0.96-1.04x chained, ONE 0.95-1.05x), and a per-program branch between one tile and the loop, in place of ONE,
+# 0.96-1.02x: docs/performance-notes.md, "Eleventh session".
 # The tiled kernel runs LARGE's 1024-cell tiles over 2 warps (16 tokens a
 # thread, twice the loads in flight per thread). tune_triton.py, one H200, 5
 # interleaved rounds (third session), ratio to the baseline at the 8 cases of
@@ -113,12 +122,14 @@ INT32_END = 2**31
 TILED, LANES = "tiled", "lanes"
 # Each kernel's constexpr parameters, in the order of a plan's ``constexprs``.
 TILED_CONSTEXPRS = ("BLOCK", "DENSE")
-LANES_CONSTEXPRS = ("BLOCK", "WIDE", "STREAM", "UNIT", "DENSE")
-# The variants one argument signature can need, by slot: the lanes kernel in the
-# SMALL and LARGE shapes, each narrow and WIDE, then the tiled kernel (device and
-# UNIT follow from the signature).
-SLOTS = 5
-TILED_SLOT = 4
+LANES_CONSTEXPRS = ("BLOCK", "WIDE", "STREAM", "UNIT", "DENSE", "ONE")
+# The variants one argument signature can need, by slot: the lanes kernel with ONE
+# in the SMALL and LARGE shapes, each narrow and WIDE (0-3); the LARGE lanes kernel
+# with its loop, narrow and WIDE (4, 5); the tiled kernel (device, UNIT and DENSE
+# follow from the signature).
+SLOTS = 7
+LOOP_SLOT = 4
+TILED_SLOT = 6
 
 
 class Plan(NamedTuple):
@@ -174,10 +185,11 @@ def plan(bs, n_tokens, n_rows, width, stride_row, stride_col, flat_stride, offse
                     TILED, TILED_SLOT)
     lanes = min(cdiv(window, block), cdiv(target, bs))
     wide = width * max(stride_col, flat_stride, 1) >= INT32_END or width + lanes * block >= INT32_END
+    one = lanes * block >= window
     ints = (n_tokens, n_rows, width, flat_stride, offsets_stride, rows_stride, stride_row, stride_col)
-    constexprs = (block, wide, stream, flat_stride == 1 and stride_col == 1, dense)
+    constexprs = (block, wide, stream, flat_stride == 1 and stride_col == 1, dense, one)
     return Plan((bs, lanes), ints, shape, constexprs, (device, LANES, shape, constexprs), max(*ints, bs) < INT32_END,
-                LANES, 2 * (shape == LARGE) + wide)
+                LANES, 2 * (shape == LARGE) + wide if one else LOOP_SLOT + wide)
 
 
 def rule() -> tuple[int, ...]:
@@ -187,4 +199,7 @@ def rule() -> tuple[int, ...]:
     """
     if SMALL[1:] != LARGE[1:] or SMALL[0] == LARGE[0] or SMALL[3]:  # the twin knows one warp count and target, no STREAM
         raise ValueError("the C launch rule takes SMALL and LARGE differing in BLOCK alone, STREAM off")
+    # bs * window <= SMALL_CELLS <= BLOCK * target gives cdiv(window, BLOCK) <= cdiv(target, bs): lanes for every tile.
+    if SMALL_CELLS > SMALL[0] * SMALL[2]:
+        raise ValueError("SMALL_CELLS must give every SMALL launch ONE (the slots have no SMALL loop)")
     return (SMALL_CELLS, SMALL[0], LARGE[0], LARGE[2], TILED_MIN_TOKENS, TILED_MIN_TILES, TILED_FILL, GRID_AXIS_1)
