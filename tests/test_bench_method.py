@@ -50,8 +50,8 @@ def test_a_figure_is_the_median_over_rounds():
     assert bench.interleaved({"a": "a", "b": "b"}, lambda run: next(values), 3) == {"a": 5.0, "b": 3.0}
 
 
-def test_flushed_figures_time_each_call_after_a_flush_the_runs_taking_turns():
-    log, clock = [], [0.0]  # clock: milliseconds, as CUDA events count them
+def event_class(clock: list):
+    """A stand-in for ``torch.cuda.Event`` on a fake clock (``clock[0]``, in milliseconds, as CUDA events count)."""
 
     class Event:
         def __init__(self, enable_timing):
@@ -62,6 +62,13 @@ def test_flushed_figures_time_each_call_after_a_flush_the_runs_taking_turns():
 
         def elapsed_time(self, end):
             return end.at - self.at
+
+    return Event
+
+
+def test_flushed_figures_time_each_call_after_a_flush_the_runs_taking_turns():
+    log, clock = [], [0.0]
+    Event = event_class(clock)
 
     def run(name, costs):
         costs = iter(costs)
@@ -82,17 +89,8 @@ def test_flushed_figures_time_each_call_after_a_flush_the_runs_taking_turns():
 
 
 def test_chained_figures_replay_both_graphs_of_every_run_in_turns():
-    log, clock, capturing = [], [0.0], []  # clock: milliseconds, as CUDA events count them
-
-    class Event:
-        def __init__(self, enable_timing):
-            assert enable_timing
-
-        def record(self):
-            self.at = clock[0]
-
-        def elapsed_time(self, end):
-            return end.at - self.at
+    log, clock, capturing = [], [0.0], []
+    Event = event_class(clock)
 
     class Graph:
         def __init__(self):
