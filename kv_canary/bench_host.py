@@ -176,7 +176,7 @@ def memory_over_shapes(torch) -> dict:
         with open("/proc/self/statm") as f:
             rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
         return {"rss_mb": rss / 2**20, "cuda_mb": torch.cuda.memory_allocated() / 2**20,
-                "signatures": len(dispatch._memo), "kernels": len(dispatch._compiled)}
+                "signatures": len(dispatch._memo), "kernels": len(dispatch._kernels)}
 
     for n in range(1000, 2000):  # warm-up: every allocation of a steady state made
         launch(flat_in=buffer[:n], offsets=offsets, req_pool_indices=rows, pool_out=pool)

@@ -143,8 +143,8 @@ def test_a_changed_rule_reconfigures_the_call_path_before_remembering(rememberin
 
 
 def test_forget_drops_the_remembered_signatures_and_kernels(monkeypatch):
-    memo, kernels, compiled = {b"a signature": [None] * launch_plan.SLOTS}, {("a variant",): None}, {("a variant",): None}
-    for name, value in (("_memo", memo), ("_kernels", kernels), ("_compiled", compiled)):
+    memo, kernels = {b"a signature": [None] * launch_plan.SLOTS}, {("a variant",): None}
+    for name, value in (("_memo", memo), ("_kernels", kernels)):
         monkeypatch.setattr(dispatch, name, value)
     dispatch.forget()
-    assert memo == kernels == compiled == {}
+    assert memo == kernels == {}

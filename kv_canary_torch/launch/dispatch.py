@@ -26,12 +26,13 @@ How a call runs, fastest first:
    layout and the backend named; never ``N`` or ``bs``. Every argument check
    of the spec is a function of it and of that one relation, so the memo
    answers exactly what the checks would.
-2. A compiled variant (``_compiled``: a kernel compiled already for
-   ``plan.variant``), with every int in int32, 16-byte aligned pointers, the
-   pool's device current and no Triton launch hook: the C launcher's
-   ``launch``, the kernel bound once per variant (``_kernels``).
+2. A bound variant (``_kernels``: the kernel Triton compiled for
+   ``plan.variant``, bound once to the C launcher), with every int in int32,
+   16-byte aligned pointers, the pool's device current and no Triton launch
+   hook: the C launcher's ``launch``.
 3. Otherwise Triton's generic ``kernel[grid](...)``, which compiles the
-   variant the first time it occurs; its kernel is then remembered.
+   variant the first time it occurs; its kernel is then bound (or declined:
+   ``None``) once.
 
 Why 2 and 1 are exact: the kernels specialize nothing on their integer
 arguments but their width (``do_not_specialize`` covers them all; an int is
@@ -40,7 +41,7 @@ alignment, and a variant fixes everything else Triton compiles in (device,
 kernel, launch shape, constexprs). The remembered kernels are the i32,
 aligned specialization, and both paths take only calls that match it.
 
-What is kept: a compiled kernel per variant (a handful), and per signature a
+What is kept: a bound kernel per variant (a handful), and per signature a
 list of ``plan.SLOTS`` kernels; nothing per ``N`` or ``bs``. The memo is
 emptied whole past ``SIGNATURES`` entries, so it cannot grow without bound.
 """
@@ -58,8 +59,9 @@ from kv_canary_torch.launch.plan import LANES_CONSTEXPRS, NOTHING, TILED, TILED_
 SIGNATURES = 4096
 
 _module = None  # kv_canary_torch.triton_kernel, imported at first use
-_compiled: dict[tuple, object] = {}  # plan variant -> Triton's CompiledKernel (its i32, aligned specialization)
-_kernels: dict[tuple, object] = {}  # plan variant -> the C launcher's bound kernel, or None where it declines
+# plan variant -> the C launcher's binding of Triton's CompiledKernel (its i32, aligned specialization), or None
+# where it declines: bound at the variant's first launch that may take it
+_kernels: dict[tuple, object] = {}
 _memo: dict[bytes, list] = {}  # argument signature -> its kernels, by plan slot (see the module docstring)
 _c = None  # the C module, once a kernel is bound to it
 _configured_rule: tuple | None = None  # plan.rule() as the C call path has it
@@ -99,10 +101,9 @@ def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch
         return
     device = pool_out.get_device()
     pointers = (flat_in.data_ptr(), offsets.data_ptr(), req_pool_indices.data_ptr(), pool_out.data_ptr())
-    compiled = _compiled.get(plan.variant)
-    if compiled is not None and plan.small_ints and _may_launch(pointers, device):
-        kernel = _kernels[plan.variant] if plan.variant in _kernels else _bind(plan, compiled)
-        if kernel is not None and _c.launch(kernel, *plan.grid, _raw_stream(device), *pointers, *plan.ints):
+    kernel = _kernels.get(plan.variant)
+    if kernel is not None and plan.small_ints and _may_launch(pointers, device):
+        if _c.launch(kernel, *plan.grid, _raw_stream(device), *pointers, *plan.ints):
             return
     module = _module or kernel_module()
     args = (flat_in, offsets, req_pool_indices, pool_out, *plan.ints)
@@ -116,10 +117,9 @@ def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch
     else:  # Triton launches on the current device: make it pool_out's
         with torch.cuda.device(device):
             compiled = kernel[plan.grid](*args, **meta)
-    if device >= 0 and compiled is not None and plan.small_ints and _may_launch(pointers, device):
-        _compiled[plan.variant] = compiled
-        if plan.variant not in _kernels:
-            _bind(plan, compiled)  # now, so that this call's remember_call fills its slot
+    if (device >= 0 and compiled is not None and plan.variant not in _kernels and plan.small_ints
+            and _may_launch(pointers, device)):
+        _bind(plan, compiled)  # now, so that this call's remember_call fills its slot
 
 
 def _may_launch(pointers, device: int) -> bool:
@@ -132,12 +132,11 @@ def _may_launch(pointers, device: int) -> bool:
     return not _several_devices() or device == torch.cuda.current_device()
 
 
-def _bind(plan: Plan, compiled):
-    """``compiled`` bound to the C launcher (None where it declines), remembered for ``plan``'s variant; loads the call path."""
+def _bind(plan: Plan, compiled) -> None:
+    """Remember ``compiled`` bound to the C launcher (None where it declines) for ``plan``'s variant; loads the call path."""
     kernel = _kernels[plan.variant] = native.bind(compiled, len(plan.ints))
     if kernel is not None and _c is None:
         _load_call_path()
-    return kernel
 
 
 def _no_call(backend, flat_in, offsets, req_pool_indices, pool_out) -> bool:
@@ -220,7 +219,6 @@ def settle(timeout: float = 120.0) -> None:
 
 def forget() -> None:
     """Drop every remembered kernel and signature (tests that change the launch constants)."""
-    _compiled.clear()
     _kernels.clear()
     _memo.clear()
     if _reader is not None:  # the C call path's last family too
