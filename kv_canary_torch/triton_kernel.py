@@ -50,9 +50,11 @@ def request_scalars(request, offsets_ptr, rows_ptr, n_rows, offsets_stride, rows
     return (row >= 0) & (row < n_rows), row, start, end
 
 
+# True when the kernels of this module run in Triton's interpreter (numpy on the CPU).
+INTERPRETED = isinstance(request_scalars, InterpretedFunction)
 # Interpreted, the tile loop is a while loop: Triton 3.6's interpreter turns range() bounds into ints from their
 # 1-element arrays (int(array), which numpy 2.5 refuses; Triton 3.9 squeezes them first). Compiled, a range loop.
-WHILE_LOOP: tl.constexpr = tl.constexpr(isinstance(request_scalars, InterpretedFunction))
+WHILE_LOOP: tl.constexpr = tl.constexpr(INTERPRETED)
 
 
 @triton.jit
@@ -61,6 +63,13 @@ def in_order(start, end, n_tokens):
     ``base = start``, ``lo = 0`` and ``hi = min(end - start, C)``, and its dozens of int64 instructions would stand
     between the offsets' arrival and the first token load (the per-request-tile design has none of them)."""
     return (start >= 0) & (start <= end) & (end <= n_tokens)
+
+
+@triton.jit
+def ordered_window(start, end, width):
+    """``(base, lo, hi)`` of a window ``in_order``: ``(start, 0, min(end - start, C))``, ``lo`` an int64 as
+    ``clipped_window``'s is."""
+    return start, start - start, tl.minimum(end - start, width)
 
 
 @triton.jit
@@ -84,9 +93,7 @@ def request_window(request, offsets_ptr, rows_ptr, n_tokens, n_rows, width, offs
     """
     row_ok, row, start, end = request_scalars(request, offsets_ptr, rows_ptr, n_rows, offsets_stride, rows_stride)
     if in_order(start, end, n_tokens):
-        base = start
-        lo = start - start  # 0, as an int64 like the other branch's
-        hi = tl.minimum(end - start, width)
+        base, lo, hi = ordered_window(start, end, width)
     else:
         base, lo, hi = clipped_window(start, end, width, n_tokens)
     hi = tl.where(row_ok, hi, 0)
@@ -134,8 +141,9 @@ def scatter_req_token_ids_kernel(
     # Two copies of the tile loop: the usual window starts at column 0 (no lower bound to mask, no division to
     # find the first tile, and one tile per lane where ONE), any other one is clipped first.
     if in_order(start, end, n_tokens):
-        lanes_copy(flat_in_ptr, rows_ptr + request * rows_stride, n_rows, pool_ptr, stride_row, start, start - start,
-                   tl.minimum(end - start, width), flat_stride, stride_col, BLOCK, WIDE, STREAM, UNIT, True, ONE)
+        base, lo, hi = ordered_window(start, end, width)
+        lanes_copy(flat_in_ptr, rows_ptr + request * rows_stride, n_rows, pool_ptr, stride_row, base, lo, hi,
+                   flat_stride, stride_col, BLOCK, WIDE, STREAM, UNIT, True, ONE)
     else:
         base, lo, hi = clipped_window(start, end, width, n_tokens)
         lanes_copy(flat_in_ptr, rows_ptr + request * rows_stride, n_rows, pool_ptr, stride_row, base, lo, hi,
@@ -270,12 +278,11 @@ def scatter_req_token_ids_tiled_kernel(
     512 and 0.98x at 1024 x 2048 (medians of five runs), the same elsewhere.
     """
     request = tl.program_id(0).to(tl.int64)
-    if DENSE:
-        row_ok, row, base, lo, hi = request_window(request, offsets_ptr, rows_ptr, n_tokens, n_rows, width, 1, 1)
-    else:
-        row_ok, row, base, lo, hi = request_window(
-            request, offsets_ptr, rows_ptr, n_tokens, n_rows, width, offsets_stride, rows_stride
-        )
+    if DENSE:  # the strides as literals: no multiply before the scalar loads
+        offsets_stride = 1
+        rows_stride = 1
+    row_ok, row, base, lo, hi = request_window(request, offsets_ptr, rows_ptr, n_tokens, n_rows, width, offsets_stride,
+                                               rows_stride)
     row_off = tl.where(row_ok, row, 0) * stride_row
     cell = tl.multiple_of(((row_off + lo) // BLOCK + tl.program_id(1)) * BLOCK, BLOCK)  # row_off + lo >= 0
     col = cell - row_off
@@ -294,7 +301,3 @@ def scatter_req_token_ids_tiled_kernel(
         at = tl.where(j < 4, first + j, tail * 4 + j - 4)
         ends = (at >= first) & (at < end) & ((j >= 4) | (at < head * 4))
         tl.store(pool_ptr + cell + at, tl.load(flat_in_ptr + (base + col) + at, mask=ends).to(tl.int32), mask=ends)
-
-
-# True when the kernels above run in Triton's interpreter (numpy on the CPU).
-INTERPRETED = isinstance(scatter_req_token_ids_kernel, InterpretedFunction)
