@@ -204,16 +204,16 @@ def bench_torch(inputs, expected, measures: dict):
 
     from kv_canary_torch import launch_scatter_req_token_ids_kernel as launch
 
-    flat_in, offsets, rows, pool = (torch.from_numpy(x).cuda() for x in inputs)
+    kernels = KernelRuns(torch, inputs)  # the case's tensors on the GPU, and a pool of each round's
+    flat_in, offsets, rows = kernels.flat_in, kernels.offsets, kernels.rows
     outs = {}
     for backend in ("triton", "torch"):
-        outs[backend] = out = pool.clone()
+        outs[backend] = out = kernels.pool.clone()  # no kernel has written it yet
         launch(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=out, backend=backend)
         assert np.array_equal(out.cpu().numpy(), expected), f"torch/{backend} disagrees with the reference"
     # The figures the targets compare, taking turns (a drift of the GPU or the host hits
     # them alike): the kernel, the per-request-tile baseline, the same-bytes copy and the
-    # empty kernel; the two kernels on a pool of each round's (KernelRuns).
-    kernels = KernelRuns(torch, inputs)
+    # empty kernel; the two kernels on a pool of each round's.
     measures |= flushed_us(torch, {
         "torch_triton_us": kernels.ours,
         "per_request_tile_us": kernels.baseline,
@@ -238,7 +238,7 @@ def chained_us(torch, runs: dict, replays: int = CHAINED_REPLAYS) -> dict:
 
     Each run is called once first (nothing compiles during capture), then both of its graphs are captured. Each
     turn replays every run's two graphs, each replay timed by CUDA events on the stream, the runs starting one
-    later each turn; one untimed turn first, then ``replays``; a graph's figure is the median of its replays. No
+    later each turn (a round of ``interleaved_samples`` per turn); one untimed turn first, then ``replays``; a graph's figure is the median of its replays. No
     flush and no host work between the calls: what a captured serving step sees, the inputs warm in L2 where they
     fit. In turns, so that the state of the machine hits the runs alike: timed one run after the other, at
     kernels of 1-2 us the same run's figure read 0.7 in one run and 1.4 in the next (H200, eleventh session).
@@ -253,20 +253,15 @@ def chained_us(torch, runs: dict, replays: int = CHAINED_REPLAYS) -> dict:
             with torch.cuda.graph(graphs[name, k]):
                 for _ in range(k):
                     fn()
-    names = list(runs)
-    timed: dict = {key: [] for key in graphs}
-    for turn in range(1 + replays):
-        for name in names[turn % len(names):] + names[:turn % len(names)]:
-            for k in (1, CHAIN):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                graphs[name, k].replay()
-                end.record()
-                if turn:
-                    timed[name, k].append((start, end))
+    samples = interleaved_samples({name: name for name in runs},
+                                  lambda name: [event_timed(torch, graphs[name, k].replay) for k in (1, CHAIN)],
+                                  1 + replays)
     torch.cuda.synchronize()
-    median_ms = {key: statistics.median(start.elapsed_time(end) for start, end in pairs) for key, pairs in timed.items()}
-    return {name: (median_ms[name, CHAIN] - median_ms[name, 1]) / (CHAIN - 1) * 1e3 for name in names}
+
+    def median_ms(turns, i):
+        return statistics.median(turn[i][0].elapsed_time(turn[i][1]) for turn in turns[1:])
+
+    return {name: (median_ms(turns, 1) - median_ms(turns, 0)) / (CHAIN - 1) * 1e3 for name, turns in samples.items()}
 
 
 def _wall(fn, args, calls: int, rounds: int = 5) -> float:
@@ -403,30 +398,36 @@ def flushed_us(torch, runs: dict, rounds: int = ROUNDS, before_round=None, calls
     """``{name: us}``: each of ``runs``' median over ``rounds * calls`` calls, each timed by CUDA events around it
     with the L2 flushed just before (``FLUSH_BYTES`` written, as ``do_bench`` flushes it), the runs taking turns.
 
-    Each turn calls every run once, starting one run later than the turn before; each round opens with ``warmup``
-    untimed turns, and ``before_round(k)``, where given, runs before round ``k``. Turns, not a ``do_bench`` run of
-    each: on the H200 (eleventh session, three runs of ROUNDS interleaved ``do_bench`` rounds at each of 9 cases) the
+    Each turn calls every run once, starting one run later than the turn before (a round of ``interleaved_samples``
+    per turn); each round opens with ``warmup`` untimed turns, and ``before_round(k)``, where given, runs before
+    round ``k``. Turns, not a ``do_bench`` run of each: on the H200 (eleventh session, three runs of ROUNDS interleaved ``do_bench`` rounds at each of 9 cases) the
     difference between the Triton kernel's figure and the baseline's at one case moved by up to 1.1 us from run to
     run, more than the bars it is held to, while over calls taken in turns it moved by 0.1 us or less at 7 of the 9.
     """
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-    names = list(runs)
-    timed: dict = {name: [] for name in names}
+
+    def flushed(fn):
+        flush.zero_()
+        return event_timed(torch, fn)
+
+    timed: dict = {name: [] for name in runs}
     for k in range(rounds):
         if before_round is not None:
             before_round(k)
-        for turn in range(warmup + calls):
-            for name in names[turn % len(names):] + names[:turn % len(names)]:
-                flush.zero_()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                runs[name]()
-                end.record()
-                if turn >= warmup:
-                    timed[name].append((start, end))
+        for name, pairs in interleaved_samples(runs, flushed, warmup + calls).items():
+            timed[name] += pairs[warmup:]
     torch.cuda.synchronize()
     return {name: statistics.median(start.elapsed_time(end) for start, end in pairs) * 1e3
             for name, pairs in timed.items()}
+
+
+def event_timed(torch, fn) -> tuple:
+    """``(start, end)``: CUDA events recorded on the stream around ``fn()`` (read them after a synchronize)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    return start, end
 
 
 @functools.cache
