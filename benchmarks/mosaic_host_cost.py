@@ -6,7 +6,7 @@ For each case, ``scatter_req_token_ids`` with ``implementation="pallas"`` and
 ``"mosaic"`` (whichever run here), and for three all but empty kernels (each
 rewrites one cell of the pool: the Triton lowering and Mosaic GPU with the
 pool alone, and Mosaic GPU with the scatter's four operands), in interleaved
-rounds (``kv_canary.bench_step.interleaved_samples``), per round:
+rounds (``kv_canary.bench.interleaved_samples``), per round:
 
 - wall: ``kv-canary bench``'s chained figure, a ``CHAIN``-application jit
   minus a one-application jit (the pool donated, each call synced), over
@@ -32,7 +32,6 @@ import json
 import os
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -57,28 +56,18 @@ def empty_mosaic_four_operands(f, o, r, pool):
 
 
 class Chain:
-    """One row: the one- and ``CHAIN``-application jits of ``apply`` (``kv_canary.bench.jax_chained``), pools threaded through."""
+    """One row: the one- and ``CHAIN``-application jits of ``apply`` (``kv_canary.bench.jax_chain``), pools threaded through."""
 
     def __init__(self, name, apply, args, pool, expected):
-        import jax
+        from kv_canary.bench import jax_chain
 
-        from kv_canary.bench import jax_chained
-
-        _, self.fns = jax_chained(apply, args, pool, expected, name)  # compiles both, checks one application
+        self.fns, self.pools = jax_chain(apply, args, pool, expected, name)  # compiles both, checks one application
         self.name, self.args, self.host_pool = name, args, pool
-        self.pools = {k: fn(*args, jax.device_put(pool)) for k, fn in self.fns.items()}
 
     def wall_us(self) -> float:
-        from kv_canary.bench import CHAIN
+        from kv_canary.bench import chained_wall_s
 
-        times = {k: [] for k in self.fns}
-        for _ in range(REPEATS):
-            for k, fn in self.fns.items():
-                start = time.perf_counter()
-                self.pools[k] = fn(*self.args, self.pools[k])
-                self.pools[k].block_until_ready()
-                times[k].append(time.perf_counter() - start)
-        return (statistics.median(times[CHAIN]) - statistics.median(times[1])) / (CHAIN - 1) * 1e6
+        return chained_wall_s(self.fns, self.args, self.pools, REPEATS) * 1e6
 
     def device_us(self) -> float:
         from kv_canary.bench import CHAIN, jax_device_chained_us
@@ -112,11 +101,12 @@ def chains(cases) -> list[Chain]:
         bs, seq, ragged, aligned = parse_case(case)
         inputs = make_inputs(bs, seq, ragged, aligned=aligned)
         args = tuple(jax.device_put(x) for x in inputs[:3])
+        expected = scatter_reference(*inputs)
         for impl in impls:
             def apply(f, o, r, p, impl=impl):
                 return scatter_req_token_ids(f, o, r, p, implementation=impl)
 
-            out.append(Chain(f"{impl} {case}", apply, args, inputs[3], scatter_reference(*inputs)))
+            out.append(Chain(f"{impl} {case}", apply, args, inputs[3], expected))
         print(f"compiled {case}", file=sys.stderr, flush=True)
     return out
 
@@ -153,7 +143,7 @@ def main(argv=None) -> int:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    from kv_canary.bench_step import interleaved_samples
+    from kv_canary.bench import interleaved_samples
 
     cases = args.case or DEFAULT_CASES
     rows = {c.name: c for c in chains(cases)}

@@ -284,13 +284,17 @@ def _wall(fn, args, calls: int, rounds: int = 5) -> float:
 
 
 def jax_chained(apply, args, pool, expected, what: str):
-    """Seconds per application of ``apply(flat_in, offsets, rows, pool) -> pool`` by the chained method.
+    """``(seconds per application, fns)`` of ``apply(flat_in, offsets, rows, pool) -> pool`` by the chained method:
+    ``jax_chain``, then ``chained_wall_s``."""
+    fns, pools = jax_chain(apply, args, pool, expected, what)
+    return chained_wall_s(fns, args, pools), fns
 
-    One jitted function applies it once, another ``CHAIN`` times (unrolled);
-    both donate the pool. One application is checked against ``expected``
-    first (``what`` names it in the failure). The figure is the median of 30
-    interleaved rounds of the chained call minus that of the single one, over
-    ``CHAIN - 1``. Returns it with the two functions, ``{1: ..., CHAIN: ...}``.
+
+def jax_chain(apply, args, pool, expected, what: str) -> tuple[dict, dict]:
+    """``(fns, pools)``: jitted functions applying ``apply`` once and ``CHAIN`` times (unrolled), ``{1: ..., CHAIN:
+    ...}``, both donating the pool and compiled, with the pools they returned.
+
+    One application is checked against ``expected`` (``what`` names it in the failure).
     """
     import jax
 
@@ -306,14 +310,20 @@ def jax_chained(apply, args, pool, expected, what: str):
     pools = {k: fn(*args, jax.device_put(pool)) for k, fn in fns.items()}  # compiles both
     assert np.array_equal(np.asarray(pools[1]), expected), f"{what} disagrees with the reference"
     jax.block_until_ready(pools)
+    return fns, pools
+
+
+def chained_wall_s(fns: dict, args, pools: dict, repeats: int = 30) -> float:
+    """Seconds per application: the median over ``repeats`` interleaved rounds of the ``CHAIN`` function's synced
+    call minus that of the single one's, over ``CHAIN - 1``; ``pools`` (``jax_chain``'s) threaded through."""
     times = {k: [] for k in fns}
-    for _ in range(30):
+    for _ in range(repeats):
         for k, fn in fns.items():
             start = time.perf_counter()
             pools[k] = fn(*args, pools[k])
             pools[k].block_until_ready()
             times[k].append(time.perf_counter() - start)
-    return (statistics.median(times[CHAIN]) - statistics.median(times[1])) / (CHAIN - 1), fns
+    return (statistics.median(times[CHAIN]) - statistics.median(times[1])) / (CHAIN - 1)
 
 
 def bench_jax(inputs, expected, measures: dict, implementations):
