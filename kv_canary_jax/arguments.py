@@ -30,7 +30,7 @@ from kv_canary_arrays.describe import JAX, describe, jax_x64_enabled
 from kv_canary_jax import platforms
 from shared_spec import errors
 from shared_spec.arguments import ARGUMENT_NAMES
-from shared_spec.checks import Dialect, NotAnArray, compile_fast_check, first_error, storage_error
+from shared_spec.checks import Dialect, compile_fast_check, first_failure
 
 
 def same_device(x, y) -> bool:
@@ -62,14 +62,10 @@ def check_arguments(flat_in, offsets, req_pool_indices, pool_out) -> tuple:
     values = (flat_in, offsets, req_pool_indices, pool_out)
     if fast_check(*values):
         return values
-    views = {name: describe(x, frontend=JAX) for name, x in zip(ARGUMENT_NAMES, values)}
-    error = first_error(views)
-    if error is not None:
-        # The type errors of the array and storage checks come first; after them, a type error is a dtype one.
-        is_dtype_error = isinstance(error, errors.KvCanaryTypeError) and not any(
-            isinstance(v, NotAnArray) or storage_error(name, v) is not None for name, v in views.items()
-        )
-        if is_dtype_error and not jax_x64_enabled():
+    failure = first_failure({name: describe(x, frontend=JAX) for name, x in zip(ARGUMENT_NAMES, values)})
+    if failure is not None:
+        check, error = failure
+        if check == "dtype" and not jax_x64_enabled():
             error.add_note(errors.X64_NOTE)
         raise error
     return values

@@ -80,33 +80,39 @@ class NotAnArray:
 
 def first_error(views: Mapping[str, ArrayView | NotAnArray]) -> Exception | None:
     """The exception the first failing check raises, or None when all pass."""
+    failure = first_failure(views)
+    return None if failure is None else failure[1]
+
+
+def first_failure(views: Mapping[str, ArrayView | NotAnArray]) -> tuple[str, Exception] | None:
+    """``(check, exception)``: the first failing check's name in ``CHECK_ORDER`` and what it raises; None when all pass."""
     for arg in ARGUMENTS:
         view = views[arg.name]
         if isinstance(view, NotAnArray):
-            return errors.type_error(errors.NOT_AN_ARRAY, arg=arg.name, type_name=view.type_name)
+            return "array", errors.type_error(errors.NOT_AN_ARRAY, arg=arg.name, type_name=view.type_name)
     for arg in ARGUMENTS:
         error = storage_error(arg.name, views[arg.name])
         if error is not None:
-            return error
+            return "storage", error
     for arg in ARGUMENTS:
         shape = views[arg.name].shape
         if len(shape) != arg.rank:
-            return errors.value_error(errors.WRONG_RANK, arg=arg.name, rank=arg.rank, shape=format_shape(shape))
+            return "rank", errors.value_error(errors.WRONG_RANK, arg=arg.name, rank=arg.rank, shape=format_shape(shape))
     for arg in ARGUMENTS:
         got = views[arg.name].dtype
         if got != arg.dtype:
-            return errors.type_error(errors.WRONG_DTYPE, arg=arg.name, dtype=arg.dtype, got=got)
+            return "dtype", errors.type_error(errors.WRONG_DTYPE, arg=arg.name, dtype=arg.dtype, got=got)
     length, bs = views["offsets"].shape[0], views["req_pool_indices"].shape[0]
     if length != bs + 1:
-        return errors.value_error(errors.OFFSETS_LENGTH, length=length, expected=bs + 1)
+        return "offsets_length", errors.value_error(errors.OFFSETS_LENGTH, length=length, expected=bs + 1)
     pool_device = views[OUTPUT].device
     for name in ARGUMENT_NAMES:
         device = views[name].device
         if device is not None and pool_device is not None and device != pool_device:
-            return errors.value_error(errors.DEVICE_MISMATCH, arg=name, device=device, pool_device=pool_device)
+            return "device", errors.value_error(errors.DEVICE_MISMATCH, arg=name, device=device, pool_device=pool_device)
     problem = views[OUTPUT].write_problem
     if problem is not None:
-        return errors.value_error(errors.NOT_WRITABLE, reason=problem)
+        return "writable", errors.value_error(errors.NOT_WRITABLE, reason=problem)
     return None
 
 

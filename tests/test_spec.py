@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from shared_spec import build_cases, errors
 from shared_spec.arguments import ARGUMENTS, ARGUMENT_NAMES
 from shared_spec.cases import CASES_FILE, load_cases
-from shared_spec.checks import ArrayView, Dialect, NotAnArray, cells_overlap, compile_fast_check, first_error
+from shared_spec.checks import CHECK_ORDER, MASKED, ArrayView, Dialect, NotAnArray, cells_overlap, compile_fast_check, first_error, first_failure
 from shared_spec.reference import longest_window, scatter_reference, written_columns
 from shared_spec.values import raise_first_value_error
 from tests.profiles import property_settings
@@ -155,6 +155,29 @@ FAST_NUMPY_CHECK = compile_fast_check(NUMPY_DIALECT)
 def test_fast_predicate_agrees_with_the_ordered_checks(args):
     error = first_error({name: numpy_view(value) for name, value in args.items()})
     assert FAST_NUMPY_CHECK(**args) == (error is None), (error, FAST_NUMPY_CHECK.source)
+
+
+@property_settings(200, health_checks=True)
+@given(args=argument_sets())
+def test_the_first_failure_names_its_check_and_raises_the_first_error(args):
+    views = {name: numpy_view(value) for name, value in args.items()}
+    failure, error = first_failure(views), first_error(views)
+    if failure is None:
+        assert error is None
+    else:
+        check, raised = failure
+        assert check in CHECK_ORDER and type(raised) is type(error) and str(raised) == str(error)
+
+
+def test_a_type_error_of_the_storage_check_is_not_named_a_dtype_one():
+    # What the JAX frontend's x64 note hangs on: masked arrays and wrong dtypes both raise TypeError.
+    views = {arg.name: ArrayView((1,) * arg.rank, arg.dtype) for arg in ARGUMENTS}
+    views["offsets"] = ArrayView((2,), "int64")
+    masked = dict(views, flat_in=ArrayView((1,), "int32", storage_problem=MASKED))
+    wrong_dtype = dict(views, flat_in=ArrayView((1,), "int32"))
+    assert first_failure(views) is None
+    assert [first_failure(v)[0] for v in (masked, wrong_dtype)] == ["storage", "dtype"]
+    assert all(isinstance(first_failure(v)[1], errors.KvCanaryTypeError) for v in (masked, wrong_dtype))
 
 
 def test_fast_predicate_source_follows_the_argument_table():
