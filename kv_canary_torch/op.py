@@ -23,13 +23,13 @@ launch in progress -- its grid index, and the patches it makes to
 ``triton.language`` -- in module globals, so two threads' interpreted
 launches corrupt each other (InterpreterErrors, pools left half written,
 unwritten rows). Interpreted launches therefore run one at a time, under one
-process-wide lock; the compiled kernel (CUDA) never takes it. Every other
-implementation is safe to call from several threads at once.
+process-wide lock (``launch.dispatch.INTERPRETER_LOCK``, taken where the
+interpreted kernel is launched); the compiled kernel (CUDA) never takes it.
+Every other implementation is safe to call from several threads at once.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Optional
 
 import torch
@@ -45,29 +45,8 @@ INFERENCE_QUALNAME = "kv_canary::require_inference_mode"
 # The exception classes a recorded error may have (raise_error refuses any other name).
 _ERROR_CLASSES = {cls.__name__: cls for cls in (errors.KvCanaryTypeError, errors.KvCanaryValueError)}
 
-# Serializes interpreted Triton launches (see the module docstring).
-INTERPRETER_LOCK = threading.Lock()
-
-
-def _interpreted_triton(flat_in, offsets, req_pool_indices, pool_out) -> None:
-    with INTERPRETER_LOCK:
-        dispatch.launch(flat_in, offsets, req_pool_indices, pool_out)
-
-
-def _first_triton(flat_in, offsets, req_pool_indices, pool_out) -> None:
-    """The first Triton launch: it learns whether the kernel is interpreted, and puts the right launch in its place.
-
-    Only then: Triton reads TRITON_INTERPRET when the kernel is defined, at
-    the first Triton use. From the second launch on, the compiled kernel's
-    launch is ``dispatch.launch`` itself (no lock, no test).
-    """
-    launch = _interpreted_triton if dispatch.interpreted() else dispatch.launch
-    IMPLEMENTATIONS["triton"] = launch
-    launch(flat_in, offsets, req_pool_indices, pool_out)
-
-
 # implementation name -> function(flat_in, offsets, req_pool_indices, pool_out)
-IMPLEMENTATIONS = {"triton": _first_triton, "torch": torch_backend.scatter, "pallas": pallas_backend.scatter}
+IMPLEMENTATIONS = {"triton": dispatch.launch, "torch": torch_backend.scatter, "pallas": pallas_backend.scatter}
 
 
 def run(flat_in, offsets, req_pool_indices, pool_out, check_values: bool, implementation: str) -> None:

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 
 import torch
 
@@ -57,6 +58,9 @@ from kv_canary_torch.launch import native, plan as launch_plan
 from kv_canary_torch.launch.plan import LANES_CONSTEXPRS, NOTHING, TILED, TILED_CONSTEXPRS, Plan
 
 SIGNATURES = 4096
+# Serializes interpreted launches: Triton's interpreter keeps the launch in progress in module globals, so two
+# threads' launches would corrupt each other (kv_canary_torch.op's docstring).
+INTERPRETER_LOCK = threading.Lock()
 
 _module = None  # kv_canary_torch.triton_kernel, imported at first use
 # plan variant -> the C launcher's binding of Triton's CompiledKernel (its i32, aligned specialization), or None
@@ -112,11 +116,12 @@ def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch
     else:
         kernel, names = module.scatter_req_token_ids_kernel, LANES_CONSTEXPRS
     meta = dict(zip(names, plan.constexprs), num_warps=plan.shape[1])
-    if device < 0 or device == torch.cuda.current_device():
-        compiled = kernel[plan.grid](*args, **meta)
-    else:  # Triton launches on the current device: make it pool_out's
-        with torch.cuda.device(device):
+    with INTERPRETER_LOCK if module.INTERPRETED else contextlib.nullcontext():
+        if device < 0 or device == torch.cuda.current_device():
             compiled = kernel[plan.grid](*args, **meta)
+        else:  # Triton launches on the current device: make it pool_out's
+            with torch.cuda.device(device):
+                compiled = kernel[plan.grid](*args, **meta)
     if (device >= 0 and compiled is not None and plan.variant not in _kernels and plan.small_ints
             and _may_launch(pointers, device)):
         _bind(plan, compiled)  # now, so that this call's remember_call fills its slot
