@@ -84,22 +84,22 @@ def steps(pattern: str, count: int, seed: int = 0):
 
 
 def device_steps(torch, pattern: str, count: int, seed: int = 0):
-    """The steps as CUDA tensors, ``flat_in`` a view of one buffer of random ids; returns ``(buffer, steps)``."""
+    """The steps as CUDA tensors, ``flat_in`` a view of one buffer of random ids (the views keep it alive)."""
     host = steps(pattern, count, seed)
     most = max(n for n, _, _ in host)
     buffer = torch.randint(0, 2**31 - 1, (most,), dtype=torch.int64, device="cuda")
     if pattern == "repeat":
         n, offsets, rows = host[0]
         one = (buffer[:n], torch.from_numpy(offsets).cuda(), torch.from_numpy(rows).cuda())
-        return buffer, [one] * count
-    return buffer, [(buffer[:n], torch.from_numpy(o).cuda(), torch.from_numpy(r).cuda()) for n, o, r in host]
+        return [one] * count
+    return [(buffer[:n], torch.from_numpy(o).cuda(), torch.from_numpy(r).cuda()) for n, o, r in host]
 
 
 def check_pattern(torch, launch, pattern: str, count: int = 24) -> None:
     """Run ``count`` steps of ``pattern`` through ``launch``, each pool against the reference; AssertionError on a mismatch."""
     from shared_spec.reference import scatter_reference
 
-    _, device = device_steps(torch, pattern, count, seed=1)
+    device = device_steps(torch, pattern, count, seed=1)
     for flat_in, offsets, rows in device:
         pool = torch.full(POOL, -7, dtype=torch.int32, device="cuda")
         launch(flat_in, offsets, rows, pool)
@@ -150,7 +150,7 @@ def measure_launcher(torch, with_baselines: bool) -> dict:
     dispatch.settle()  # the C++ tensor reader, loading since the first launch: a server's steady state
     results = {}
     for pattern in PATTERNS:
-        _, calls = device_steps(torch, pattern, CALLS)
+        calls = device_steps(torch, pattern, CALLS)
         runs = {"launcher": (ours, calls, None)}
         if with_baselines:
             runs |= {"torch_op": (lambda *_: pool.add_(0), calls, None),
