@@ -56,7 +56,8 @@ TORCH_DIALECT = Dialect(
     # get_device() alone would not do: it is -1 for the CPU and for every other
     # non-indexed device (meta, ...).
     same_device="(({x}.is_cuda and {y}.is_cuda and {x}.get_device() == {y}.get_device()) or {x}.device == {y}.device)",
-    # An inference tensor's test first: one C++ call for a normal pool.
+    # An inference tensor's test first: one C++ call for a normal pool. The rule is
+    # describe.torch_inference_outside_mode's, inlined: a Python call per check on this path.
     writable="(not {x}.is_inference() or inference_mode()) and torch_writable({x})",
     dtype_object=lambda name: getattr(torch, name),
     namespace={
