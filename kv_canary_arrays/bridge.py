@@ -27,7 +27,9 @@ def to_jax(x, *, copy_ok: bool = False):
 
     ``copy_ok=True``: a torch tensor that cannot cross without a copy (strided,
     or not aligned as JAX wants) is cloned into a fresh contiguous tensor first
-    and that crosses; casts are refused either way.
+    and that crosses; casts are refused either way, and so is a copy torch
+    cannot allocate (an expanded view of more elements than memory holds: JAX
+    arrays are dense), with ``errors.BRIDGE_COPY_FAILED``.
     """
     try:
         return _to_jax(x)
@@ -36,7 +38,11 @@ def to_jax(x, *, copy_ok: bool = False):
             raise
         import torch
 
-        return _to_jax(x.clone(memory_format=torch.contiguous_format))
+        try:
+            copy = x.clone(memory_format=torch.contiguous_format)
+        except (RuntimeError, MemoryError) as error:  # torch's allocation failures (OutOfMemoryError is a RuntimeError)
+            raise _refused(x, "JAX", errors.BRIDGE_COPY_FAILED.format(error=str(error).splitlines()[0])) from error
+        return _to_jax(copy)
 
 
 def _to_jax(x):

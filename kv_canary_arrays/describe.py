@@ -30,8 +30,12 @@ arrays will be computed in, which decides three things:
 - ``layout`` and ``storage_problem`` (the storage check, every argument): a
   torch tensor's layout (``sparse_coo``, ``sparse_csr``, ..., ``jagged``, and
   ``nested`` for a nested tensor of strided layout); ``storage_problem`` for a
-  numpy masked array, a deleted (donated) JAX array, and a torch tensor with
-  its negative or conjugate bit set (``torch_lazy_bit``). A tensor that is not
+  numpy masked array, a deleted (donated) JAX array, a torch tensor with
+  its negative or conjugate bit set (``torch_lazy_bit``), and a torch tensor
+  whose elements no memory holds (``torch_backed``: a freed or shrunk storage,
+  a null data pointer; not decided while TorchDynamo traces, whose fake
+  tensors have no data: the compiled graph's scatter node decides it when it
+  runs). A tensor that is not
   strided is described by its layout, dtype and device alone (shape ``()``:
   nested tensors have no shape to read).
 
@@ -47,7 +51,8 @@ from shared_spec.checks import ArrayView, NotAnArray, cells_overlap
 
 __all__ = [
     "JAX", "TORCH", "describe", "dtype_name", "jax_dtype_name", "jax_x64_enabled", "negative_strides",
-    "numpy_write_problem", "torch_inference_outside_mode", "torch_layout", "torch_lazy_bit", "torch_writable",
+    "numpy_write_problem", "torch_backed", "torch_inference_outside_mode", "torch_layout", "torch_lazy_bit",
+    "torch_storage_problem", "torch_writable",
 ]
 
 
@@ -119,7 +124,7 @@ def _describe_torch(x, frontend: str, in_place: bool) -> ArrayView:
             problem = errors.WRITE_INFERENCE
         elif x.dim() == 2 and not torch_writable(x):
             problem = errors.WRITE_OVERLAP.format(strides=tuple(x.stride()))
-    return ArrayView(tuple(x.shape), dtype, device, problem, storage_problem=torch_lazy_bit(x))
+    return ArrayView(tuple(x.shape), dtype, device, problem, storage_problem=torch_storage_problem(x))
 
 
 def _host_dtype(x, frontend: str) -> str:
@@ -158,6 +163,41 @@ def torch_lazy_bit(x) -> str | None:
     if keys.has(torch._C.DispatchKey.Conjugate):
         return checks.CONJUGATE_BIT
     return None
+
+
+def torch_storage_problem(x) -> str | None:
+    """The storage check's problem with a strided torch tensor: its lazy bit (``torch_lazy_bit``), else ``checks.NO_MEMORY``
+    when ``torch_backed`` is False; None when its memory holds its values. Not asked of memory while TorchDynamo
+    traces (see the module docstring)."""
+    import torch
+
+    bit = torch_lazy_bit(x)
+    if bit is not None or torch.compiler.is_compiling():
+        return bit
+    return None if torch_backed(x) else checks.NO_MEMORY
+
+
+def torch_backed(x) -> bool:
+    """True when memory holds every element of the strided torch tensor ``x``: it has none, or its data pointer is not
+    null and its storage reaches the last byte its sizes and strides address.
+
+    False for a storage freed or shrunk under the tensor (``untyped_storage().resize_(0)``, as FSDP frees
+    parameters) and for tensors with no data (a zero tensor, ``torch._efficientzerotensor``). A tensor wrapped by a
+    ``torch.func`` transform (vmap, grad, functionalize) is True: its data pointer and storage are its transform's,
+    not memory a kernel reads, and only the torch backend, which the transform follows, runs on it
+    (``kv_canary_torch.backends``). Strides of torch tensors are never negative, so the last byte is
+    ``(storage_offset + sum((size - 1) * stride) + 1) * itemsize``; the sum is a Python int, exact for any sizes.
+    """
+    import torch
+
+    if x.numel() == 0:
+        return True
+    if torch._C._are_functorch_transforms_active() and torch._C._functorch.is_functorch_wrapped_tensor(x):
+        return True
+    if x.data_ptr() == 0:
+        return False
+    last = x.storage_offset() + sum((size - 1) * stride for size, stride in zip(x.shape, x.stride()))
+    return (last + 1) * x.element_size() <= x.untyped_storage().nbytes()
 
 
 def torch_inference_outside_mode(x) -> bool:

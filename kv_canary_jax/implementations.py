@@ -103,9 +103,10 @@ def requested(implementation, platform: str | None = None) -> tuple[tuple[str, .
     if implementation is None:
         return PLATFORM_DEFAULTS.get(platform, DEFAULT), False
     if isinstance(implementation, str):
+        implementation = str(implementation)  # a plain str, also for a subclass (numpy.str_): messages, jit keys
         if implementation not in IMPLEMENTATIONS:
             raise errors.choice_error(OPTION, implementation, IMPLEMENTATIONS)
-        return (str(implementation),), True  # a plain str, also for a subclass (numpy.str_): plans are jit keys
+        return (implementation,), True
     # A sequence of names, not any iterable: a numpy array of names is not a Sequence (and its
     # membership tests are arrays); a generator would be spent by the first platform's plan.
     if not isinstance(implementation, collections.abc.Sequence):
@@ -115,7 +116,7 @@ def requested(implementation, platform: str | None = None) -> tuple[tuple[str, .
         raise errors.choice_error(OPTION, implementation, IMPLEMENTATIONS)
     for name in names:
         if not isinstance(name, str) or name not in IMPLEMENTATIONS:
-            raise errors.choice_error(OPTION, name, IMPLEMENTATIONS)
+            raise errors.choice_error(OPTION, str(name) if isinstance(name, str) else name, IMPLEMENTATIONS)
     return tuple(str(name) for name in names), False
 
 

@@ -26,7 +26,11 @@ inference mode off, refuses ``is_inference()``, and guards grad mode, not
 inference mode): the launcher's compiled path asks ``is_inference`` of the
 real pool while tracing and, for an inference pool, puts a node into the
 graph that asks for inference mode when the graph runs
-(``op.require_inference_mode``). A pool layout that none of
+(``op.require_inference_mode``). It also leaves out whether memory holds
+every element (``torch_backed``): Dynamo's fake tensors have no data, and a
+storage can be freed between two runs of a graph without a guard seeing it,
+so the graph's scatter node asks it of the real tensors each time it runs
+(``op.scatter_req_token_ids``). A pool layout that none of
 ``torch_writable``'s shortcuts answers reaches ``cells_overlap``, whose
 Euclid loop Dynamo traces with dynamic shapes too, specializing on the
 pool's strides.
@@ -39,14 +43,14 @@ import dataclasses
 import torch
 
 from kv_canary_arrays import adopt
-from kv_canary_arrays.describe import TORCH, describe, torch_lazy_bit, torch_writable
+from kv_canary_arrays.describe import TORCH, describe, torch_backed, torch_lazy_bit, torch_writable
 from shared_spec.arguments import ARGUMENT_NAMES, OUTPUT
-from shared_spec.checks import Dialect, compile_fast_check, first_error
+from shared_spec.checks import NO_MEMORY, Dialect, compile_fast_check, first_error, storage_problem_error
 
 TORCH_DIALECT = Dialect(
     is_array="isinstance({x}, Tensor)",
     # The conjugate bit is left out: only complex tensors have it, and the dtype terms refuse those.
-    storage="({x}.layout is strided and not {x}.is_nested and not {x}.is_neg())",
+    storage="({x}.layout is strided and not {x}.is_nested and not {x}.is_neg() and torch_backed({x}))",
     has_data="not {x}.is_meta",
     rank="{x}.dim()",
     dtype_is="{x}.dtype is {dtype}",
@@ -61,12 +65,12 @@ TORCH_DIALECT = Dialect(
     writable="(not {x}.is_inference() or inference_mode()) and torch_writable({x})",
     dtype_object=lambda name: getattr(torch, name),
     namespace={
-        "Tensor": torch.Tensor, "strided": torch.strided, "torch_writable": torch_writable,
+        "Tensor": torch.Tensor, "strided": torch.strided, "torch_writable": torch_writable, "torch_backed": torch_backed,
         "inference_mode": torch.is_inference_mode_enabled,
     },
 )
 # The same checks as TorchDynamo traces them: the lazy bits from the dispatch keys (torch_lazy_bit),
-# and no inference question (the compiled graph asks it when it runs).
+# and neither the inference question nor the memory one (the compiled graph asks them when it runs).
 COMPILED_DIALECT = dataclasses.replace(
     TORCH_DIALECT,
     storage="({x}.layout is strided and not {x}.is_nested and torch_lazy_bit({x}) is None)",
@@ -135,3 +139,14 @@ def check_arguments(flat_in, offsets, req_pool_indices, pool_out) -> tuple[torch
     if fast_check(flat_in, offsets, req_pool_indices, pool_out):
         return flat_in, offsets, req_pool_indices, pool_out
     return adopt_arguments(flat_in, offsets, req_pool_indices, pool_out)
+
+
+def require_memory(flat_in, offsets, req_pool_indices, pool_out) -> None:
+    """Raise the storage check's ``NO_MEMORY`` error for the first argument whose elements no memory holds.
+
+    The memory part of the storage check alone (``torch_backed``), for a compiled graph's scatter node, which
+    runs on real tensors whose storage may have been freed since the graph was traced.
+    """
+    for name, tensor in zip(ARGUMENT_NAMES, (flat_in, offsets, req_pool_indices, pool_out)):
+        if not torch_backed(tensor):
+            raise storage_problem_error(name, NO_MEMORY)

@@ -35,6 +35,7 @@ from typing import Optional
 import torch
 
 from kv_canary_torch import pallas_backend, torch_backend
+from kv_canary_torch.checks import require_memory
 from kv_canary_torch.launch import dispatch
 from shared_spec import errors
 from kv_canary_torch.values import check_values as _check_values
@@ -65,7 +66,12 @@ def scatter_req_token_ids(
     check_values: bool,
     implementation: str,
 ) -> None:
-    """``run`` as a torch.library op (what compiled graphs call)."""
+    """``run`` as a torch.library op (what compiled graphs call), after the memory part of the storage check.
+
+    A traced graph cannot guard whether memory still holds the tensors (``checks.require_memory``), so the node asks
+    each time it runs; the eager launcher's checks have asked it already and call ``run`` directly.
+    """
+    require_memory(flat_in, offsets, req_pool_indices, pool_out)
     run(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation)
 
 

@@ -11,7 +11,8 @@ Math of the strided kernel (one program per (request ``r``, column lane ``p``); 
     n      = min(max(end - start, 0), C), exactly as shared_spec.reference.
              segment_lengths computes it in wrapping int64; 0 if row is outside [0, R)
     base, lo, hi = shared_spec.reference.written_columns(start, end, C, N):
-             base = clip(start, -C, N); lo = max(-base, 0); hi = min(n, N - base)
+             base = clip(start, -C, N); lo = max(-base, 0); hi = min(n, N - base),
+             computed as n where base <= N - n, else N - base (no int64 overflow for any N)
              -- the request writes exactly the columns lo <= j < hi, reading
              flat_in[base + j]; lo, hi are in [0, C]
     for the tiles of BLOCK columns from lo's tile, lane p taking every P-th:
@@ -79,7 +80,7 @@ def clipped_window(start, end, width, n_tokens):
     n = tl.where(end <= start, 0, tl.where((diff < 0) | (diff > width), width, diff))
     base = tl.minimum(tl.maximum(start, -width), n_tokens)
     lo = tl.where(base < 0, -base, 0)
-    hi = tl.minimum(n, n_tokens - base)
+    hi = tl.where(base <= n_tokens - n, n, n_tokens - base)  # min(n, N - base) without overflow (written_columns)
     return base, lo, hi
 
 

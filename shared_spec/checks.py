@@ -24,10 +24,15 @@ CHECK_ORDER: tuple[str, ...] = (
     "rank",  # flat_in, offsets, req_pool_indices are 1-D; pool_out is 2-D
     "dtype",  # int64, int64, int64, int32
     "offsets_length",  # len(offsets) == len(req_pool_indices) + 1
-    "device",  # each argument, in order, is on pool_out's device
+    "requests",  # len(req_pool_indices) <= MAX_REQUESTS
+    "device",  # each argument, in order, is on pool_out's device (where pool_out has none: the first argument's that has one)
     "writable",  # pool_out can be written in place (frontends that write in place)
 )
 
+
+# The most requests one call takes: the kernels run a program per request on CUDA's grid axis 0, which holds
+# 2**31 - 1 of them. A limit of the spec, so that every backend refuses the same batches with the same message.
+MAX_REQUESTS = 2**31 - 1
 
 # ArrayView.layout of an array whose elements sit at strided offsets of one buffer (numpy's, JAX's, a dense torch tensor).
 STRIDED = "strided"
@@ -38,11 +43,15 @@ MASKED = "masked"  # a numpy masked array: its mask is part of its value
 DELETED = "deleted"  # a deleted (or donated) jax.Array: no buffer left
 NEGATIVE_BIT = "negative_bit"  # a torch view with the negative bit set: memory holds -x
 CONJUGATE_BIT = "conjugate_bit"  # a torch view with the conjugate bit set: memory holds conj(x)
+# A torch tensor with elements whose data pointer is null or whose storage ends before the last byte its
+# sizes and strides reach (a storage freed by resize_(0), as FSDP does; a zero tensor): no kernel may touch it.
+NO_MEMORY = "no_memory"
 STORAGE_MESSAGES: dict[str, tuple[Callable[..., Exception], str]] = {
     MASKED: (errors.type_error, errors.MASKED_ARRAY),
     DELETED: (errors.value_error, errors.DELETED_ARRAY),
     NEGATIVE_BIT: (errors.value_error, errors.NEGATIVE_BIT),
     CONJUGATE_BIT: (errors.value_error, errors.CONJUGATE_BIT),
+    NO_MEMORY: (errors.value_error, errors.NO_MEMORY),
 }
 
 
@@ -105,11 +114,23 @@ def first_failure(views: Mapping[str, ArrayView | NotAnArray]) -> tuple[str, Exc
     length, bs = views["offsets"].shape[0], views["req_pool_indices"].shape[0]
     if length != bs + 1:
         return "offsets_length", errors.value_error(errors.OFFSETS_LENGTH, length=length, expected=bs + 1)
-    pool_device = views[OUTPUT].device
-    for name in ARGUMENT_NAMES:
-        device = views[name].device
-        if device is not None and pool_device is not None and device != pool_device:
-            return "device", errors.value_error(errors.DEVICE_MISMATCH, arg=name, device=device, pool_device=pool_device)
+    if bs > MAX_REQUESTS:
+        return "requests", errors.value_error(errors.TOO_MANY_REQUESTS, bs=bs, limit=MAX_REQUESTS)
+    # pool_out's device decides; host data (a numpy pool in the JAX frontend) has none and goes where the
+    # arrays are, so there the first argument with a device decides.
+    placed = [name for name in (OUTPUT, *ARGUMENT_NAMES) if views[name].device is not None]
+    if placed:
+        first, first_device = placed[0], views[placed[0]].device
+        for name in ARGUMENT_NAMES:
+            device = views[name].device
+            if device is not None and device != first_device:
+                if first == OUTPUT:
+                    error = errors.value_error(errors.DEVICE_MISMATCH, arg=name, device=device, pool_device=first_device)
+                else:
+                    error = errors.value_error(
+                        errors.DEVICE_MISMATCH_HOST_POOL, arg=name, device=device, first=first, first_device=first_device
+                    )
+                return "device", error
     problem = views[OUTPUT].write_problem
     if problem is not None:
         return "writable", errors.value_error(errors.NOT_WRITABLE, reason=problem)
@@ -123,9 +144,14 @@ def storage_error(name: str, view: ArrayView) -> Exception | None:
     if view.device in NO_DATA_DEVICES:
         return errors.value_error(errors.NO_DATA, arg=name)
     if view.storage_problem is not None:
-        make, template = STORAGE_MESSAGES[view.storage_problem]
-        return make(template, arg=name)
+        return storage_problem_error(name, view.storage_problem)
     return None
+
+
+def storage_problem_error(name: str, problem: str) -> Exception:
+    """What the storage check raises for argument ``name`` with ``problem`` (one of ``STORAGE_MESSAGES``' keys)."""
+    make, template = STORAGE_MESSAGES[problem]
+    return make(template, arg=name)
 
 
 def raise_first_error(views: Mapping[str, ArrayView | NotAnArray]) -> None:
@@ -222,6 +248,7 @@ def compile_fast_check(dialect: Dialect) -> Callable[..., bool]:
     terms.append(
         f"{dialect.length.format(x='offsets')} == {dialect.length.format(x='req_pool_indices')} + 1"
     )
+    terms.append(f"{dialect.length.format(x='req_pool_indices')} <= {MAX_REQUESTS}")
     terms += [dialect.same_device.format(x=name, y=OUTPUT) for name in ARGUMENT_NAMES if name != OUTPUT]
     if dialect.writable is not None:
         terms.append(dialect.writable.format(x=OUTPUT))

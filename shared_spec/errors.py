@@ -60,10 +60,20 @@ NO_DATA = PREFIX + " {arg} is on meta, which holds no data; pass a tensor on a d
 DELETED_ARRAY = PREFIX + " {arg} is a deleted jax.Array (donated or deleted); pass a live array"
 NEGATIVE_BIT = PREFIX + " {arg} has its negative bit set (a lazily negated view); pass {arg}.resolve_neg()"
 CONJUGATE_BIT = PREFIX + " {arg} has its conjugate bit set (a lazily conjugated view); pass {arg}.resolve_conj()"
+NO_MEMORY = (
+    PREFIX + " {arg} has elements that no memory holds (a freed or shrunk storage, a null data pointer, "
+    "a zero tensor); pass a tensor whose storage holds every element it reads"
+)
 WRONG_RANK = PREFIX + " {arg} must be {rank}-D, got shape {shape}"
 WRONG_DTYPE = PREFIX + " {arg} must be {dtype}, got {got}"
 OFFSETS_LENGTH = PREFIX + " offsets length {length} != bs+1 ({expected})"
+TOO_MANY_REQUESTS = PREFIX + " req_pool_indices has {bs} requests, more than the {limit} one call takes; split the batch"
 DEVICE_MISMATCH = PREFIX + " {arg} is on {device} but pool_out is on {pool_device}; all arrays must be on one device"
+# pool_out is host data (a numpy array, for the JAX frontend), which goes to the device the other arrays are on.
+DEVICE_MISMATCH_HOST_POOL = (
+    PREFIX + " {arg} is on {device} but {first} is on {first_device}; all arrays must be on one device "
+    "(pool_out, host data, goes where they are)"
+)
 NOT_WRITABLE = PREFIX + " pool_out cannot be written in place: {reason}"
 # check_values= is not a bool (checks.require_bool; after the choice of backend/implementation).
 NOT_A_BOOL = PREFIX + " {option} must be a bool, got {type_name}"
@@ -106,6 +116,7 @@ X64_NOTE = (
 BRIDGE_X64 = "kv-canary: cannot move an int64 array into JAX while jax_enable_x64 is off (JAX would make it int32)"
 BRIDGE_REFUSED = "kv-canary: cannot move a {source} array of shape {shape}, dtype {dtype} into {target} without a copy: {reason}"
 BRIDGE_COPIED = "the imported array does not share the source's memory"
+BRIDGE_COPY_FAILED = "it crosses only as a dense copy, which cannot be made ({error})"
 BRIDGE_NEGATIVE_STRIDES = "its byte strides {strides} are negative, which a torch tensor cannot have"
 BRIDGE_UNKNOWN = "kv-canary: cannot move a {type_name} into {target}: it is neither a torch tensor nor a JAX array nor exports DLPack"
 # Reason for CHOICE_UNAVAILABLE (backend="pallas" of the torch frontend: the JAX kernel on torch memory).

@@ -42,14 +42,21 @@ def written_columns(starts, ends, width: int, n_tokens: int, xp=np):
     - base)``: where ``start`` is inside the clip, ``base == start``; below it
     (``start < -width``) no ``start + j`` with ``j < width`` reaches 0 and ``lo =
     width >= n``; above it (``start > n_tokens``) ``hi <= 0``. ``base`` lies in
-    ``[-width, n_tokens]``, so ``base + j`` and both bounds are small and nothing
-    overflows; ``lo`` and ``hi`` lie in ``[0, width]`` (empty when ``hi <= lo``).
-    Every kernel computes its per-request window this way.
+    ``[-width, n_tokens]`` and ``n`` in ``[0, width]``; ``lo`` and ``hi`` lie in
+    ``[0, width]`` (empty when ``hi <= lo``).
+
+    Exact for every ``n_tokens`` up to ``2**63 - 1`` (an expanded tensor's
+    length): ``n_tokens - base`` itself could pass ``2**63 - 1`` when ``base <
+    0``, so ``hi`` is ``n`` where ``base <= n_tokens - n`` (both sides in range:
+    ``n_tokens >= 0``, ``n <= width``) and ``n_tokens - base`` only where ``base >
+    n_tokens - n``, that is where ``n_tokens - base < n <= width``: a small
+    non-negative difference. ``base + j`` for ``lo <= j < hi`` lies in ``[0,
+    n_tokens)``. Every kernel computes its per-request window this way.
     """
     n = segment_lengths(starts, ends, width, xp)
     base = xp.clip(starts, -width, n_tokens)
     lo = xp.where(base < 0, -base, 0)
-    hi = xp.minimum(n, n_tokens - base)
+    hi = xp.where(base <= n_tokens - n, n, n_tokens - base)
     return base, lo, hi
 
 

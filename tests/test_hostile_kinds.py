@@ -13,6 +13,7 @@ remembered-signature path on a GPU.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -27,6 +28,7 @@ import torch
 
 from kv_canary_jax import IMPLEMENTATIONS, scatter_req_token_ids
 from kv_canary_torch import BACKENDS, launch_scatter_req_token_ids_kernel
+from kv_canary_arrays.describe import torch_backed
 from shared_spec import errors, scatter_reference
 from shared_spec.arguments import ARGUMENT_NAMES
 from tests.strategies import sentinel_pool
@@ -73,7 +75,7 @@ def _jax_raises(args):
 def _readable(x) -> np.ndarray | None:
     """The values a refused call must leave as they were (None for memory there is nothing to read of)."""
     if isinstance(x, torch.Tensor):
-        if x.device.type == "meta" or x.layout != torch.strided or x.is_nested:
+        if x.device.type == "meta" or x.layout != torch.strided or x.is_nested or not torch_backed(x):
             return None
         return x.resolve_neg().resolve_conj().detach().clone().numpy()
     if isinstance(x, np.ndarray):
@@ -156,6 +158,84 @@ def test_negative_bit_views_are_refused_not_read_raw(name):
     assert args[position].is_neg()
     message = f"{P} {name} has its negative bit set (a lazily negated view); pass {name}.resolve_neg()"
     _assert_refused_everywhere(args, errors.KvCanaryValueError, message)
+
+
+def _freed(t):
+    """A copy of ``t`` with its storage freed under it (``resize_(0)``, as FSDP frees a parameter's)."""
+    t = t.clone()  # a storage torch allocated: resizable
+    t.untyped_storage().resize_(0)
+    return t
+
+
+def _shrunk(t):
+    """A copy of ``t`` one element into a storage that ends one element before the copy's last."""
+    buffer = torch.zeros(t.numel() + 1, dtype=t.dtype)
+    view = buffer[1:].view(t.shape)
+    view.copy_(t)
+    buffer.untyped_storage().resize_(t.numel() * t.element_size())
+    return view
+
+
+def _zero_tensor(t):
+    return torch._efficientzerotensor(t.shape, dtype=t.dtype)
+
+
+NO_MEMORY = {"freed": _freed, "shrunk": _shrunk, "zero_tensor": _zero_tensor}
+
+
+@pytest.mark.parametrize("kind", list(NO_MEMORY))
+@pytest.mark.parametrize("name", ARGUMENT_NAMES)
+def test_tensors_whose_elements_no_memory_holds_are_refused_by_name(name, kind):
+    """A kernel never reads or writes through a null data pointer or past a storage's end: every backend refuses."""
+    args = _tensors()
+    position = ARGUMENT_NAMES.index(name)
+    args[position] = NO_MEMORY[kind](args[position])
+    _assert_refused_everywhere(args, errors.KvCanaryValueError, errors.NO_MEMORY.format(arg=name))
+
+
+def test_the_memory_check_is_the_storage_checks_and_comes_before_the_rank_check():
+    args = _tensors()
+    args[0], args[3] = torch.zeros((2, 2), dtype=torch.int64), _freed(args[3])
+    _assert_refused_everywhere(args, errors.KvCanaryValueError, errors.NO_MEMORY.format(arg="pool_out"))
+
+
+def test_empty_tensors_need_no_memory():
+    """No element, no byte to hold: an empty flat_in with a null data pointer is a valid call."""
+    flat, offsets, rows, pool = _tensors()
+    empty = _freed(torch.zeros(0, dtype=torch.int64))
+    assert empty.data_ptr() == 0
+    for backend in TORCH_BACKENDS:
+        before = pool.clone()
+        launch_scatter_req_token_ids_kernel(
+            flat_in=empty, offsets=torch.zeros_like(offsets), req_pool_indices=rows, pool_out=pool, backend=backend
+        )
+        assert torch.equal(pool, before), backend
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+def test_under_torch_func_functionalize_the_torch_path_runs(backend):
+    flat, offsets, rows, pool = _tensors()
+
+    def step(pool):
+        launch_scatter_req_token_ids_kernel(flat_in=flat, offsets=offsets, req_pool_indices=rows, pool_out=pool, backend=backend)
+        return pool
+
+    np.testing.assert_array_equal(torch.func.functionalize(step)(pool).numpy(), _expected())
+
+
+@pytest.mark.parametrize("backend", ["triton", "pallas"])
+def test_under_torch_func_functionalize_the_kernels_say_they_cannot_run(backend):
+    flat, offsets, rows, pool = _tensors()
+    before = pool.clone()
+
+    def step(pool):
+        launch_scatter_req_token_ids_kernel(flat_in=flat, offsets=offsets, req_pool_indices=rows, pool_out=pool, backend=backend)
+        return pool
+
+    with pytest.raises(errors.KvCanaryValueError) as info:
+        torch.func.functionalize(step)(pool)
+    assert str(info.value) == errors.unavailable_error("backend", backend, errors.TORCH_FUNC_TRANSFORMED).args[0]
+    assert torch.equal(pool, before)
 
 
 def test_a_conjugate_bit_view_is_refused_before_its_dtype():
@@ -337,6 +417,56 @@ def test_an_implementation_that_is_not_a_name_or_a_sequence_of_names_gets_the_ch
     assert str(info.value) == message
 
 
+@pytest.mark.parametrize("wrap", [lambda name: name, lambda name: [name], lambda name: ("xla", name)], ids=["bare", "list", "second"])
+def test_an_unknown_str_subclass_name_is_shown_as_its_str(wrap):
+    """numpy.str_("nope") reads 'nope' in the message, as torch's backend= shows it."""
+    with pytest.raises(errors.KvCanaryValueError) as info:
+        scatter_req_token_ids(FLAT_IN, OFFSETS, ROWS, _pool(), implementation=wrap(np.str_("nope")))
+    assert str(info.value) == errors.choice_error("implementation", "nope", IMPLEMENTATIONS).args[0]
+    with pytest.raises(errors.KvCanaryValueError) as info:
+        launch_scatter_req_token_ids_kernel(**dict(zip(ARGUMENT_NAMES, _tensors())), backend=np.str_("nope"))
+    assert str(info.value) == errors.choice_error("backend", "nope", BACKENDS).args[0]
+
+
+def test_too_many_requests_for_one_call_are_refused_everywhere():
+    """2**31 requests (expanded rows and offsets) exceed CUDA's grid axis 0, a program per request: the spec's limit."""
+    from shared_spec.checks import MAX_REQUESTS
+
+    bs = MAX_REQUESTS + 1
+    message = errors.TOO_MANY_REQUESTS.format(bs=bs, limit=MAX_REQUESTS)
+    flat, _, _, pool = _tensors()
+    before = pool.clone()
+    args = [flat, torch.tensor([0]).expand(bs + 1), torch.tensor([0]).expand(bs), pool]
+    for backend in TORCH_BACKENDS:  # (the arguments' 2**31 elements are never copied: no snapshot of them here)
+        error = _torch_raises(args, backend)
+        assert type(error) is errors.KvCanaryValueError and str(error) == message, backend
+    assert torch.equal(pool, before)
+    error = _jax_raises([np.asarray(flat), np.broadcast_to(np.int64(0), (bs + 1,)), np.broadcast_to(np.int64(0), (bs,)), _pool()])
+    assert type(error) is errors.KvCanaryValueError and str(error) == message
+
+
+@pytest.mark.parametrize("backend", TORCH_BACKENDS)
+def test_windows_stay_exact_at_the_end_of_int64(backend):
+    """An expanded flat_in of 2**63 - 1 tokens and a window from column -3: the spec writes columns 3..7."""
+    flat = torch.tensor([7]).expand(2**63 - 1)
+    pool = torch.from_numpy(sentinel_pool(1, 8, seed=5))
+    expected = pool.clone()
+    expected[0, 3:] = 7
+    call = functools.partial(
+        launch_scatter_req_token_ids_kernel,
+        flat_in=flat, offsets=torch.tensor([-3, 5]), req_pool_indices=torch.tensor([0]), pool_out=pool, backend=backend,
+    )
+    if backend == "pallas":  # JAX arrays are dense: 2**63 - 1 tokens cannot cross to it
+        before = pool.clone()
+        with pytest.raises(errors.KvCanaryValueError) as info:
+            call()
+        assert "into JAX without a copy: it crosses only as a dense copy, which cannot be made" in str(info.value)
+        assert torch.equal(pool, before)
+        return
+    call()
+    assert torch.equal(pool, expected)
+
+
 def test_str_subclasses_and_sequences_of_names_still_choose():
     from kv_canary_torch import backends
 
@@ -363,6 +493,7 @@ _REMEMBERED_SIGNATURE = textwrap.dedent(
     import os
     from kv_canary_torch.launch import dispatch, native
     with_reader = os.environ.get("KV_CANARY_TENSOR_READER") != "0"
+    from kv_canary_arrays.describe import torch_backed
     from shared_spec import errors, scatter_reference
     from tests.strategies import sentinel_pool
 
@@ -377,7 +508,8 @@ _REMEMBERED_SIGNATURE = textwrap.dedent(
 
     def refused(message, **changed):
         pool = changed.get("pool_out")
-        before = pool.resolve_neg().clone() if pool is not None and pool.layout == torch.strided else None
+        before = (pool.resolve_neg().clone() if pool is not None and pool.layout == torch.strided and torch_backed(pool)
+                  else None)
         try:
             call(**changed)
         except (errors.KvCanaryTypeError, errors.KvCanaryValueError) as error:
@@ -412,6 +544,26 @@ _REMEMBERED_SIGNATURE = textwrap.dedent(
     refused(errors.NOT_STRIDED.format(arg="offsets", layout="sparse_coo"), offsets=offsets.to_sparse(), pool_out=fresh())
     remember()
     refused(errors.NOT_STRIDED.format(arg="pool_out", layout="sparse_coo"), pool_out=fresh().to_sparse())
+    remember()
+    freed = fresh()
+    freed.untyped_storage().resize_(0)  # as FSDP frees a parameter's storage
+    refused(errors.NO_MEMORY.format(arg="pool_out"), pool_out=freed)
+    remember()
+    freed_flat = flat.clone()
+    freed_flat.untyped_storage().resize_(0)
+    refused(errors.NO_MEMORY.format(arg="flat_in"), flat_in=freed_flat, pool_out=fresh())
+    remember()
+    zero = torch._efficientzerotensor((4, 5), dtype=torch.int32, device="cuda")
+    refused(errors.NO_MEMORY.format(arg="pool_out"), pool_out=zero)
+    remember()
+    # functionalize's wrappers read a null data pointer: the torch path runs them, also with nothing to write
+    written = torch.func.functionalize(lambda pool: call(pool_out=pool) or pool)(fresh())
+    assert (written.cpu().numpy() == expected).all()
+    empty = torch.zeros(0, dtype=torch.int64, device="cuda")
+    untouched = torch.func.functionalize(
+        lambda pool: call(flat_in=empty, offsets=torch.zeros_like(offsets), pool_out=pool) or pool
+    )(fresh())
+    assert (untouched.cpu().numpy() == sentinel_pool(4, 5, seed=3)).all()
     remember()
     pools = torch.stack([fresh(), fresh()])  # each example's pool has the remembered signature
     torch.func.vmap(lambda pool: call(pool_out=pool) or pool)(pools)  # auto runs the torch path under vmap

@@ -17,6 +17,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax.experimental import checkify  # noqa: E402
 
 import kv_canary_jax  # noqa: E402
+from kv_canary_arrays import devices  # noqa: E402
 from kv_canary_jax import implementations, platforms, xla  # noqa: E402
 from kv_canary_jax.api import scatter_req_token_ids  # noqa: E402
 from shared_spec import errors, scatter_reference  # noqa: E402
@@ -243,6 +244,27 @@ def test_arguments_on_another_device_are_rejected():
     with pytest.raises(errors.KvCanaryValueError) as info:
         scatter_req_token_ids(*args)
     assert str(info.value).startswith(f"{P} flat_in is on cpu but pool_out is on ")
+
+
+def test_with_a_host_pool_the_first_argument_on_a_device_decides():
+    """A numpy pool goes where the arrays are: arrays on two devices get the spec's device error, not JAX's."""
+    cpus = jax.devices("cpu")
+    if len(cpus) < 2:
+        pytest.skip("one device only")
+    b = batch()
+    args = [jax.device_put(b[0], cpus[0]), jax.device_put(b[1], cpus[1]), jax.device_put(b[2], cpus[0]), np.array(b[3])]
+    with pytest.raises(errors.KvCanaryValueError) as info:
+        scatter_req_token_ids(*args)
+    assert str(info.value) == errors.DEVICE_MISMATCH_HOST_POOL.format(
+        arg="offsets", device=devices.jax_device_name(cpus[1]), first="flat_in", first_device=devices.jax_device_name(cpus[0])
+    )
+    args = [np.array(b[0]), jax.device_put(b[1], cpus[1]), jax.device_put(b[2], cpus[0]), np.array(b[3])]
+    with pytest.raises(errors.KvCanaryValueError) as info:  # host flat_in: offsets is the first with a device
+        scatter_req_token_ids(*args)
+    assert str(info.value) == errors.DEVICE_MISMATCH_HOST_POOL.format(
+        arg="req_pool_indices", device=devices.jax_device_name(cpus[0]), first="offsets",
+        first_device=devices.jax_device_name(cpus[1]),
+    )
 
 
 # -- checked mode ------------------------------------------------------------------------

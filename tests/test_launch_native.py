@@ -289,6 +289,54 @@ def test_a_lazily_negated_view_has_no_signature(call_path):
     assert c.signature("auto", *args[:3], torch._neg_view(args[3])) is None
 
 
+def freed(tensor):
+    """``tensor`` with its storage freed under it, as FSDP frees a parameter's."""
+    tensor.untyped_storage().resize_(0)
+    return tensor
+
+
+def shrunk(tensor):
+    """A copy of ``tensor`` one element into its storage, which then ends one element before the copy's last."""
+    buffer = torch.zeros(tensor.numel() + 1, dtype=tensor.dtype)
+    view = buffer[1:].view(tensor.shape)
+    buffer.untyped_storage().resize_(tensor.numel() * tensor.element_size())
+    return view
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        freed,
+        shrunk,
+        lambda a: torch._efficientzerotensor(a.shape, dtype=a.dtype),
+    ],
+    ids=["freed", "shrunk", "zero tensor"],
+)
+@pytest.mark.parametrize("position", range(4))
+def test_a_tensor_without_memory_has_no_signature(call_path, make, position):
+    # Its elements are not all in memory: the checked path refuses every such call with the storage check's error.
+    c, _ = call_path
+    args = list(cpu_arguments())
+    assert c.signature("auto", *args) is not None
+    args[position] = make(args[position])
+    assert c.signature("auto", *args) is None
+
+
+def test_a_transforms_wrapper_has_no_signature(call_path):
+    # functionalize's wrappers are plain torch.Tensors reading a null data pointer: the checked path runs them.
+    c, _ = call_path
+    args = cpu_arguments()
+    seen = []
+
+    def step(pool):
+        seen.append(c.signature("auto", *args[:3], pool))
+        return pool
+
+    torch.func.functionalize(step)(args[3].clone())
+    torch.func.vmap(step)(args[3].clone().unsqueeze(0).expand(2, -1, -1).contiguous())
+    assert seen == [None, None]
+
+
 def test_an_inference_pool_outside_inference_mode_is_a_signature_of_its_own(call_path):
     c, _ = call_path
     args = cpu_arguments()

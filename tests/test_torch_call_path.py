@@ -121,6 +121,27 @@ def test_nothing_else_is_remembered(remembering, options):
     assert memo == {}
 
 
+def test_a_new_signature_takes_every_kernel_bound_already(remembering, monkeypatch):
+    """A kernel bound for one signature serves every signature whose launches plan its variant: no second miss."""
+    c, memo, to_bind = remembering
+    monkeypatch.setattr(dispatch, "_c", SimpleNamespace(launch=lambda *a: False))  # a bound "kernel" declines: Triton launches
+    monkeypatch.setattr(dispatch, "_raw_stream", lambda device: 0)
+    flat_in, offsets, rows, pool = arguments()
+    to_bind.append(dispatch.plan_of(flat_in, offsets, rows, pool).variant)
+    call(flat_in, offsets, rows, pool, backend="triton")
+    taller = torch.full((pool.shape[0] + 1, pool.shape[1]), -1, dtype=torch.int32)  # another signature: the pool's rows
+    to_bind.clear()
+    call(flat_in, offsets, rows, taller, backend="triton")
+    family = [None] * launch_plan.SLOTS
+    family[slot((flat_in, offsets, rows, taller))] = "the bound kernel"
+    assert memo[c.signature("triton", flat_in, offsets, rows, taller)] == family
+    variants = launch_plan.slot_variants(1, 1, 1, 1, -1)
+    dispatch._kernels[variants[launch_plan.LOOP_SLOT]] = "a kernel another signature bound"
+    call(flat_in, offsets, rows, taller, backend="triton")  # the next checked call of the signature fills that slot too
+    family[launch_plan.LOOP_SLOT] = "a kernel another signature bound"
+    assert memo[c.signature("triton", flat_in, offsets, rows, taller)] == family
+
+
 def test_an_unbound_kernel_is_not_put_in_its_slot_and_a_failed_check_is_not_remembered(remembering):
     c, memo, to_bind = remembering
     flat_in, offsets, rows, pool = arguments()

@@ -159,8 +159,12 @@ def remember_call(backend, flat_in, offsets, req_pool_indices, pool_out) -> None
     """After a checked launch with ``check_values=False``: let ``call_bound`` take the next calls with these arguments' signature.
 
     Arguments that are not exactly ``torch.Tensor``, or that the reader
-    declines, have no signature. The kernel of this call's plan is put in its
-    slot once the C launcher has bound it.
+    declines, have no signature. Every slot whose variant the C launcher has
+    bound already (for this call or any earlier one, of any signature) is
+    filled (``plan.slot_variants``), so a later call of the signature takes
+    the checked path only for a variant no call of the process has launched
+    yet (once each, at most ``plan.SLOTS`` per device and layout), or after
+    the memo was emptied whole past ``SIGNATURES`` signatures.
     """
     if _signature is None:
         return
@@ -174,9 +178,11 @@ def remember_call(backend, flat_in, offsets, req_pool_indices, pool_out) -> None
         if len(_memo) >= SIGNATURES:
             _memo.clear()
         family = _memo[signature] = [None] * launch_plan.SLOTS
-    plan = plan_of(flat_in, offsets, req_pool_indices, pool_out)
-    if plan is not NOTHING and family[plan.slot] is None:
-        family[plan.slot] = _kernels.get(plan.variant)
+    if None in family:
+        variants = launch_plan.slot_variants(
+            pool_out.stride(1), flat_in.stride(0), offsets.stride(0), req_pool_indices.stride(0), pool_out.get_device()
+        )
+        family[:] = [kernel if kernel is not None else _kernels.get(variant) for kernel, variant in zip(family, variants)]
 
 
 def _load_call_path() -> None:
