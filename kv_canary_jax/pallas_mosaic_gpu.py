@@ -139,7 +139,7 @@ VEC = 128
 # sweep on the wall-clock chained figure (+-1 us of noise) chose 512. On the
 # device clock (profiler timestamps of the 16-application chain, the bench's
 # 'mosaic / pallas'; benchmarks/jax_kernel_times.py --set TILE=1024,...,
-# third session) 1024 is faster at every uniform case of 0.5M-8M tokens, us
+# 2026-11-30, commit 831826c) 1024 is faster at every uniform case of 0.5M-8M tokens, us
 # per application, tile 512 / 1024 (pallas): 64 x 8192 2.33 / 2.26 (2.17),
 # 256 x 2048 2.36 / 2.27 (2.33), 256 x 8192 5.04 / 4.83 (4.73), 1024 x 2048
 # 5.12 / 4.91 (4.84), 256 x 32768 28.73 / 27.86 (27.04); 4096 x 512 keeps 512
