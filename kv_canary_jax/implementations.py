@@ -27,9 +27,9 @@ on JAX's default platform. Neither reads data.
 - a sequence (a ``collections.abc.Sequence`` of names: a tuple or a list,
   not a numpy array): the first name that can run. Anything else that is not
   a ``str`` is refused with ``errors.choice_error``, before any membership test.
-- None: the platform's entry in ``PLATFORM_DEFAULTS`` (on a TPU:
-  ``("mosaic_tpu", "xla")`` once ``MOSAIC_TPU_IN_DEFAULT`` is True, after a
-  run on a real TPU), else ``DEFAULT``: ``("mosaic", "pallas", "xla")``. A
+- None: the platform's entry in ``PLATFORM_DEFAULTS`` (none yet; a TPU's
+  would be ``("mosaic_tpu", "xla")``, see there), else ``DEFAULT``:
+  ``("mosaic", "pallas", "xla")``. A
   GPU of compute capability 9.0 or newer runs Mosaic GPU and never imports
   the Triton lowering (neither choosing nor running it: "mosaic" comes first
   and is available, so "pallas" is never probed); an older GPU finds "mosaic"
@@ -64,30 +64,23 @@ from kv_canary_jax import platforms
 
 PALLAS, MOSAIC, MOSAIC_TPU, XLA = "pallas", "mosaic", "mosaic_tpu", "xla"
 IMPLEMENTATIONS: tuple[str, ...] = (PALLAS, MOSAIC, MOSAIC_TPU, XLA)
-# Whether implementation=None tries the Mosaic GPU kernel first (on Hopper or
-# newer). On, by the owner's ruling on issue 26 (H200, jax 0.11.2): in a jitted
-# step like a server's (four bf16 2048 x 2048 matmuls and the scatter, synced
-# every step) the scatter's marginal cost was 14-49 us with Mosaic GPU, 15-48 us
-# with the Triton-lowered kernel (the two within the step's noise of about
-# 10 us) and 300-1150 us with XLA's scatter; kernel durations 0.91-1.03x the
-# Triton-lowered kernel's. What Mosaic GPU still lacks is XLA's programmatic
-# dependent launch, which custom calls do not get (docs/performance-notes.md).
-# Against that, the Triton lowering warns (DeprecationWarning) on JAX 0.11 and
-# a later JAX removes it; the default must not depend on it where Mosaic GPU runs.
-MOSAIC_IN_DEFAULT = True
-# Off, Mosaic GPU would come second: where the Triton lowering is gone, Hopper
-# and newer would still fall to it rather than to XLA's far slower scatter.
-DEFAULT: tuple[str, ...] = (MOSAIC, PALLAS, XLA) if MOSAIC_IN_DEFAULT else (PALLAS, MOSAIC, XLA)
-# Whether implementation=None on a TPU tries the Mosaic TPU kernel first. It
-# stays off until the kernel has compiled and passed `kv-canary check` on a real
-# TPU: it is tested in TPU interpret mode only (no TPU is lent here), and Mosaic
-# TPU may refuse its DMAs, whose column windows start and end anywhere, at
-# compile time (docs/performance-notes.md), which is past the point where the
-# default could still fall through to XLA. Flipping it is the whole change.
-MOSAIC_TPU_IN_DEFAULT = False
-# implementation=None on these platforms (DEFAULT elsewhere): on a TPU the
-# only kernel is the Mosaic TPU one.
-PLATFORM_DEFAULTS: dict[str, tuple[str, ...]] = {platforms.TPU: (MOSAIC_TPU, XLA)} if MOSAIC_TPU_IN_DEFAULT else {}
+# implementation=None everywhere PLATFORM_DEFAULTS names nothing. Mosaic GPU
+# first: on Hopper and newer it runs, and the default never imports the Triton
+# lowering, which warns (DeprecationWarning) on JAX 0.11 and which a later JAX
+# removes; in a jitted step like a server's the two Pallas kernels are within
+# the step's noise of each other and XLA's scatter adds 10x to 40x more
+# (docs/jax.md#performance has the figures and their runs). The Triton-lowered
+# kernel second: older GPUs, where Mosaic GPU does not run, take it for as long
+# as JAX ships it. XLA last: it runs everywhere.
+DEFAULT: tuple[str, ...] = (MOSAIC, PALLAS, XLA)
+# implementation=None on these platforms instead of DEFAULT. A TPU is not here:
+# its entry would be (MOSAIC_TPU, XLA), and it waits until the Mosaic TPU kernel
+# has compiled and passed `kv-canary check` on a real TPU. It is tested in TPU
+# interpret mode only, and Mosaic TPU may refuse its DMAs, whose column windows
+# start and end anywhere, at compile time (docs/performance-notes.md), past the
+# point where the default could still fall through to XLA. Adding that entry is
+# the whole change.
+PLATFORM_DEFAULTS: dict[str, tuple[str, ...]] = {}
 # The kernels that run once per example under jax.vmap (each wraps itself in batching.per_example);
 # compute maps the checked mode's gate around them the same way.
 PER_EXAMPLE: tuple[str, ...] = (MOSAIC, MOSAIC_TPU)

@@ -11,10 +11,7 @@ donation XLA copies the pool first. When ``bs``, ``N``, ``R`` or ``C`` is 0
 nothing can be written and the pool is returned without a kernel.
 ``interpret=True`` runs the same kernel body in the Pallas interpreter
 (``pallas_call(..., interpret=True)``, what ``plgpu.kernel(...,
-interpret=True)`` would run), on any platform: for tests. (Mosaic GPU's own
-interpreter, ``InterpretGPUParams``, is private in JAX 0.10 and there gives
-``program_id`` 0 to every program of a ``pallas_call`` grid; neither
-interpreter runs ``pl.kernel``'s named grid axes or ref operands there.)
+interpret=True)`` would run), on any platform: for tests (see "Launch" below).
 
 No masks. Mosaic GPU has no masked loads or stores: a register array belongs to
 a whole warpgroup (128 threads), a store writes every element of it, so the
@@ -91,10 +88,20 @@ tokens (``min(C, N)``), not for the width. No TMA: a program is three
 scalar loads, then per tile its loads, then its stores; the parallelism is
 across programs. The only shared memory is the ``2 * VEC``-cell ``stage`` of
 the short-window path (``pl.run_scoped``: JAX 0.11's ``pl.kernel`` takes no
-scratch operands), and its barrier the only one. How the GPU launches it is
-``ENTRY``: ``pl.kernel`` over a ``plgpu.Mesh`` with the pool handed in as a ref
-(``pl.run_state``), or the deprecated ``pl.pallas_call`` with
-``input_output_aliases``; both alias the pool in place and run ``_kernel``.
+scratch operands), and its barrier the only one.
+
+Launch: two bodies around the one ``_kernel``, on the same grid, both
+aliasing the pool in place. Compiled, ``pl.kernel`` over a ``plgpu.Mesh`` with
+the pool handed in as a ref (``pl.run_state``), which ``pl.kernel`` aliases in
+and out: the entry point Mosaic GPU keeps, in JAX 0.10.2 and 0.11 alike (the
+Mosaic GPU lowering of ``pl.pallas_call`` with aliases, deprecated in JAX 0.10,
+is gone in 0.11.2: an AssertionError in ``pallas_call.gpu_lowering``, H200,
+2026-11-30). Interpreted,
+``pl.pallas_call(..., interpret=True)`` with ``input_output_aliases``: the
+Pallas interpreter runs neither ``pl.kernel``'s named grid axes nor its ref
+operands (JAX 0.10), and Mosaic GPU's own interpreter,
+``InterpretGPUParams``, is private in JAX 0.10 and there gives ``program_id``
+0 to every program of a ``pallas_call`` grid.
 
 ``jax.vmap``: Mosaic GPU does not lower the batched ``pallas_call`` that
 Pallas's batching rule builds (its grid gains a vmapped axis), so ``scatter``
@@ -132,7 +139,7 @@ VEC = 128
 # sweep on the wall-clock chained figure (+-1 us of noise) chose 512. On the
 # device clock (profiler timestamps of the 16-application chain, the bench's
 # 'mosaic / pallas'; benchmarks/jax_kernel_times.py --set TILE=1024,...,
-# third session) 1024 is faster at every uniform case of 0.5M-8M tokens, us
+# 2026-11-30, commit 831826c) 1024 is faster at every uniform case of 0.5M-8M tokens, us
 # per application, tile 512 / 1024 (pallas): 64 x 8192 2.33 / 2.26 (2.17),
 # 256 x 2048 2.36 / 2.27 (2.33), 256 x 8192 5.04 / 4.83 (4.73), 1024 x 2048
 # 5.12 / 4.91 (4.84), 256 x 32768 28.73 / 27.86 (27.04); 4096 x 512 keeps 512
@@ -163,16 +170,6 @@ TARGET_PROGRAMS = 4096
 # 3.69 / 3.54 and a lane per tile of the longest window 3.57 / 3.50, the
 # uniform batches within 0.06 us of either (0.22 us at 256 x 32768, where both
 # rules give 16 lanes: run noise).
-# How the GPU launches the kernel: "kernel" is ``pl.kernel`` over a
-# ``plgpu.Mesh`` with the pool as a ref (``pl.run_state``), which pl.kernel
-# aliases in and out (written in place): the entry point Mosaic GPU keeps.
-# "pallas_call" is ``pl.pallas_call`` with ``input_output_aliases``, which JAX
-# 0.10 deprecates for Mosaic GPU ("Support for that will be removed in a future
-# JAX version"). Both run the same ``_kernel`` body on the same grid. The
-# interpreter always takes "pallas_call": JAX 0.10's interpreters
-# run neither pl.kernel's grid axes nor its ref operands. Where this JAX lacks
-# pl.kernel, plgpu.Mesh or pl.run_state, "pallas_call" is used.
-ENTRY = "kernel"
 # Column arithmetic is int32 while every column and tile offset stays below this.
 INT32_COLUMNS_BELOW = 2**31
 LANE_AXIS, REQUEST_AXIS = "kv_canary_lane", "kv_canary_request"
@@ -376,19 +373,8 @@ def layout_pinnable() -> bool:
     return hasattr(plgpu, "layout_cast") and hasattr(getattr(plgpu, "Layout", None), "WG_STRIDED")
 
 
-def kernel_entry_available() -> bool:
-    """Whether this JAX has ``pl.kernel`` over a ``plgpu.Mesh``, and ``pl.run_state`` to hand it the pool as a ref."""
-    return all(hasattr(m, a) for m, a in ((pl, "kernel"), (pl, "run_state"), (plgpu, "Mesh")))
-
-
-def entry(interpret: bool) -> str:
-    """``"kernel"`` or ``"pallas_call"``: how the kernel is launched (see ``ENTRY``)."""
-    if interpret or ENTRY == "pallas_call" or not kernel_entry_available():
-        return "pallas_call"
-    return "kernel"
-
-
-def _call(flat_in, offsets, req_pool_indices, pool_out, *, interpret: bool, block: int | None, via: str):
+def _call(flat_in, offsets, req_pool_indices, pool_out, *, interpret: bool, block: int | None):
+    """One launch: ``pl.kernel`` compiled, ``pl.pallas_call`` interpreted (see "Launch" in the module docstring)."""
     (n_tokens,), (bs,), (n_rows, width) = flat_in.shape, req_pool_indices.shape, pool_out.shape
     tile, lanes = launch_shape(bs, width, n_tokens, block)
     kernel = functools.partial(
@@ -401,7 +387,7 @@ def _call(flat_in, offsets, req_pool_indices, pool_out, *, interpret: bool, bloc
         pl.run_scoped(lambda stage_ref: kernel(lane, r, *refs, stage_ref), plgpu.SMEM((2 * VEC,), jnp.int32))
 
     grid = (lanes, bs)
-    if via == "kernel":
+    if not interpret:
         def body(flat_ref, offsets_ref, rows_ref, pool_ref):
             staged(lax.axis_index(LANE_AXIS), lax.axis_index(REQUEST_AXIS), flat_ref, offsets_ref, rows_ref, pool_ref)
 
@@ -449,5 +435,5 @@ def scatter(
     (n_tokens,), (bs,), (n_rows, width) = flat_in.shape, req_pool_indices.shape, pool_out.shape
     if min(bs, n_tokens, n_rows, width) == 0:
         return pool_out
-    call = functools.partial(_call, interpret=interpret, block=block, via=entry(interpret))
+    call = functools.partial(_call, interpret=interpret, block=block)
     return batching.per_example(call)(flat_in, offsets, req_pool_indices, pool_out)

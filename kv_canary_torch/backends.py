@@ -1,4 +1,4 @@
-"""Choosing a backend: ``backend="auto" | "triton" | "torch"``.
+"""Choosing a backend: ``backend="auto" | "triton" | "torch" | "pallas"``.
 
 Contract: ``resolve(backend, pool_out, *inputs) -> "triton" | "torch" | "pallas"``
 names the implementation that will run, or raises ``errors.choice_error``
@@ -22,13 +22,18 @@ only inside a ``torch.func`` transform, whether ``pool_out`` or one of
   wrapped tensors do not have (``errors.TORCH_FUNC_TRANSFORMED``), and
   ``"auto"`` runs ``"torch"``.
 - ``"pallas"``: the JAX frontend's Pallas kernel on these tensors, moved
-  through DLPack (``pallas_backend``): CUDA tensors run the compiled kernel,
-  CPU tensors Pallas' interpreter. Needs jax installed (not x64: the backend
-  enables it for its own call only, ``pallas_backend.x64_scope``).
+  through DLPack (``pallas_backend``): the one JAX's default picks, compiled
+  for CUDA tensors (Mosaic GPU on Hopper and newer), in Pallas' interpreter
+  for CPU tensors. Needs jax installed (not x64: the backend enables it for
+  its own call only, ``pallas_backend.x64_scope``) and a Pallas kernel JAX can
+  run on that device here; otherwise the reason is
+  ``pallas_backend.unavailable_reason``'s, written for a torch caller.
 
 Answers are cached per ``(backend, device type)``; under ``torch.compile`` the
 cache lookup is a constant dict read that Dynamo traces, and ``_triton_reason``
-(which imports modules) is kept out of the graph with ``assume_constant_result``.
+and ``_pallas_reason`` (which import modules) are kept out of the graph with
+``assume_constant_result``. Only ``"pallas"`` imports JAX, at its first
+resolution for a device type.
 """
 
 from __future__ import annotations
@@ -63,14 +68,26 @@ def _triton_reason(device_type: str) -> str | None:
     return errors.TRITON_NEEDS_CUDA
 
 
+@torch.compiler.assume_constant_result
+def _pallas_reason(device_type: str) -> str | None:
+    """Why no JAX Pallas kernel can run on tensors of ``device_type`` here (None: one can)."""
+    if not _HAVE_JAX:
+        return errors.PALLAS_NEEDS_JAX
+    from kv_canary_torch import pallas_backend
+
+    return pallas_backend.unavailable_reason(device_type)
+
+
 def _resolve_uncached(backend: str, device_type: str) -> tuple[str | None, str | None]:
     if backend == TORCH:
         return TORCH, None
     if backend == TRITON:
         reason = _triton_reason(device_type)
-        return (None, reason) if reason is not None else (TRITON, None)
-    # auto
-    return (TRITON, None) if device_type == "cuda" and _HAVE_TRITON else (TORCH, None)
+    elif backend == PALLAS:
+        reason = _pallas_reason(device_type)
+    else:  # auto
+        return (TRITON, None) if device_type == "cuda" and _HAVE_TRITON else (TORCH, None)
+    return (None, reason) if reason is not None else (backend, None)
 
 
 def _transformed(tensors) -> bool:
@@ -94,10 +111,6 @@ def resolve(backend, pool_out: torch.Tensor, *inputs: torch.Tensor) -> str:
         if backend == AUTO:
             return TORCH
         raise errors.unavailable_error("backend", backend, errors.TORCH_FUNC_TRANSFORMED)
-    if backend == PALLAS:
-        if not _HAVE_JAX:
-            raise errors.unavailable_error("backend", backend, errors.PALLAS_NEEDS_JAX)
-        return PALLAS
     key = (backend, "cuda" if pool_out.is_cuda else pool_out.device.type)
     found = _resolved.get(key)
     if found is None:

@@ -1,18 +1,24 @@
 """Argument checks for torch tensors: the spec's checks, spelled in torch.
 
-Contract: ``check_arguments(flat_in, offsets, req_pool_indices, pool_out)``
-returns the four arguments as torch tensors when every check of
-``shared_spec.checks.CHECK_ORDER`` passes (other frameworks' arrays adopted
-through ``kv_canary_arrays.adopt``) and otherwise raises exactly what
-``shared_spec.checks.first_error`` names for the arguments as
-``kv_canary_arrays.describe`` describes them; ``argument_error`` returns that
-exception instead of raising it. Nothing is written either way.
+Contract (the launcher calls these three; nothing is written by any):
 
-The passing path is one generated boolean expression (``fast_check``, compiled
-once at import from ``TORCH_DIALECT`` by ``shared_spec.checks.compile_fast_check``):
-about two and a half microseconds on a CPU, no allocation. Only when it is False
-are the arguments described as ``ArrayView``/``NotAnArray`` for the spec's
-exact checker, which builds the message.
+- ``fast_check(flat_in, offsets, req_pool_indices, pool_out) -> bool``: True
+  exactly when the four arguments are torch tensors that pass every check of
+  ``shared_spec.checks.CHECK_ORDER``. One generated boolean expression
+  (compiled once at import from ``TORCH_DIALECT`` by
+  ``shared_spec.checks.compile_fast_check``): about two and a half
+  microseconds on a CPU, no allocation.
+- ``argument_error(...) -> Exception | None``: what
+  ``shared_spec.checks.first_error`` names for the arguments as
+  ``kv_canary_arrays.describe`` describes them (None: every check passes),
+  returned, not raised.
+- ``adopt_arguments(...)``: where ``fast_check`` is False, raises that error,
+  or, when every check passes (another framework's arrays), returns the four
+  arguments as torch tensors (``kv_canary_arrays.adopt``).
+
+Only where ``fast_check`` is False are the arguments described as
+``ArrayView``/``NotAnArray`` for the spec's exact checker, which builds the
+message.
 
 Under ``torch.compile`` the launcher runs ``compiled_fast_check``, the same
 checks spelled for TorchDynamo (``COMPILED_DIALECT``): isinstance, ``layout``,
@@ -132,13 +138,6 @@ def adopt_arguments(flat_in, offsets, req_pool_indices, pool_out) -> tuple[torch
         raise AssertionError("kv-canary: fast_check rejected arguments that first_error accepts")
     pool = adopt.torch_output(pool_out)
     return (*(adopt.torch_input(value, pool.device) for value in values[:3]), pool)
-
-
-def check_arguments(flat_in, offsets, req_pool_indices, pool_out) -> tuple[torch.Tensor, ...]:
-    """The arguments as torch tensors when every check passes; else the spec's first error."""
-    if fast_check(flat_in, offsets, req_pool_indices, pool_out):
-        return flat_in, offsets, req_pool_indices, pool_out
-    return adopt_arguments(flat_in, offsets, req_pool_indices, pool_out)
 
 
 def require_memory(flat_in, offsets, req_pool_indices, pool_out) -> None:

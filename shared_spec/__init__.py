@@ -10,7 +10,7 @@
 """
 
 from shared_spec.arguments import ARGUMENTS, ARGUMENT_NAMES, OP_NAME, Argument, format_shape
-from shared_spec.checks import CHECK_ORDER, ArrayView, Dialect, NotAnArray, cells_overlap, compile_fast_check, first_error, first_failure, raise_first_error, require_bool, storage_error
+from shared_spec.checks import CHECK_ORDER, ArrayView, Dialect, NotAnArray, cells_overlap, compile_fast_check, first_error, first_failure, require_bool, storage_error
 from shared_spec.errors import KvCanaryTypeError, KvCanaryValueError
 from shared_spec.reference import scatter_reference, segment_lengths
 from shared_spec.values import raise_first_value_error, value_checks

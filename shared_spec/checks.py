@@ -1,11 +1,13 @@
 """The argument checks, their order, and a fast pass/fail predicate derived from them.
 
 A frontend describes each argument as an ``ArrayView`` (or ``NotAnArray``) and
-calls ``raise_first_error``; the first failing check in ``CHECK_ORDER`` raises,
-before anything is written. Describing four tensors costs microseconds, so a
-frontend on a hot path first runs ``compile_fast_check(dialect)``'s predicate
-(one generated boolean expression over its native arrays, built once at import)
-and describes the arguments only when that predicate says something is wrong.
+asks ``first_error`` (or ``first_failure``, which also names the check) for the
+exception of the first failing check in ``CHECK_ORDER``; it raises that
+exception before anything is written. Describing four tensors costs
+microseconds, so a frontend on a hot path first runs
+``compile_fast_check(dialect)``'s predicate (one generated boolean expression
+over its native arrays, built once at import) and describes the arguments only
+when that predicate says something is wrong.
 """
 
 from __future__ import annotations
@@ -152,13 +154,6 @@ def storage_problem_error(name: str, problem: str) -> Exception:
     """What the storage check raises for argument ``name`` with ``problem`` (one of ``STORAGE_MESSAGES``' keys)."""
     make, template = STORAGE_MESSAGES[problem]
     return make(template, arg=name)
-
-
-def raise_first_error(views: Mapping[str, ArrayView | NotAnArray]) -> None:
-    """Raise what ``first_error`` finds; return when every check passes."""
-    error = first_error(views)
-    if error is not None:
-        raise error
 
 
 def require_bool(option: str, value) -> bool:

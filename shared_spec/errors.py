@@ -119,8 +119,25 @@ BRIDGE_COPIED = "the imported array does not share the source's memory"
 BRIDGE_COPY_FAILED = "it crosses only as a dense copy, which cannot be made ({error})"
 BRIDGE_NEGATIVE_STRIDES = "its byte strides {strides} are negative, which a torch tensor cannot have"
 BRIDGE_UNKNOWN = "kv-canary: cannot move a {type_name} into {target}: it is neither a torch tensor nor a JAX array nor exports DLPack"
-# Reason for CHOICE_UNAVAILABLE (backend="pallas" of the torch frontend: the JAX kernel on torch memory).
+# Reasons for CHOICE_UNAVAILABLE (backend="pallas" of the torch frontend: the JAX kernel on torch memory),
+# written for a torch caller: JAX's own options (implementation=, interpret=) are not the launcher's.
 PALLAS_NEEDS_JAX = f"jax is not installed; install it (pip install 'kv-canary[{EXTRA['jax']}]') or pass another backend"
+PALLAS_BACKEND_DEVICE = "the JAX kernels take CUDA and CPU tensors, not {device} tensors; pass backend='torch'"
+PALLAS_BACKEND_NO_JAX_GPU = (
+    "JAX sees no CUDA GPU here (a jaxlib without its CUDA plugin, or none visible to it); "
+    "install jax with its CUDA plugin, or pass backend='triton' or 'torch'"
+)
+# {device}: the tensors' device type; {causes}: one cause per Pallas kernel JAX's default tries there, "; "-joined.
+PALLAS_BACKEND_NO_KERNEL = (
+    "JAX can run none of its Pallas kernels on {device} tensors here ({causes}); "
+    "pass another backend ('torch' runs on every device)"
+)
+# Causes: a kernel's JAX module does not import ({error}: "ClassName: message"), or the GPU is older than Mosaic GPU's.
+PALLAS_BACKEND_NOT_IMPORTABLE = {
+    "mosaic": "Mosaic GPU needs jax.experimental.pallas.mosaic_gpu, which does not import: {error}",
+    "pallas": "the Triton-lowered kernel needs jax.experimental.pallas.triton, which does not import: {error}",
+}
+PALLAS_BACKEND_NEEDS_HOPPER = "Mosaic GPU needs compute capability 9.0 or newer, and this GPU's is {capability}"
 
 
 def type_error(template: str, **fields) -> KvCanaryTypeError:

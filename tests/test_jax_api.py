@@ -154,7 +154,7 @@ def test_plans():
     assert plan("xla", "cuda", False) == ((None, "xla"),)
     assert plan(("pallas", "xla"), "cpu", False) == ((None, "xla"),)
     # Tracers carry no device: one choice per platform, picked when lowering.
-    tpu = (("tpu", "mosaic_tpu"),) if implementations.MOSAIC_TPU_IN_DEFAULT else ()
+    tpu = (("tpu", "mosaic_tpu"),) if "tpu" in implementations.PLATFORM_DEFAULTS else ()
     assert plan(None, None, False) == (("cuda", on_cuda), *tpu, (None, "xla"))
     assert plan("xla", None, False) == ((None, "xla"),)
     assert plan("pallas", None, True) == ((None, "pallas"),)

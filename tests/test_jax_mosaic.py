@@ -278,21 +278,13 @@ def test_vmap_over_pools_and_over_batches():
 # -- lowering for CUDA (no GPU needed) ---------------------------------------------------------------
 
 
-# The deprecated pallas_call entry lowers for Mosaic GPU on JAX 0.10 only: on
-# 0.11.2 (H200, 2026-11-30) its lowering rule is gone (AssertionError in
-# pallas_call.gpu_lowering). The kernel takes it only where pl.kernel is missing.
-ENTRIES = ["kernel"] + (["pallas_call"] if tuple(map(int, jax.__version__.split(".")[:2])) < (0, 11) else [])
-
-
-@pytest.mark.parametrize("entry", ENTRIES)
 @pytest.mark.parametrize(
     "n_tokens,bs,n_rows,width,block",
     [(5000, 10, 11, 300, None), (5000, 10, 11, 3000, None), (50, 4, 5, 9, None), (2**20, 8, 9, 8193, None),
      (3000, 70_000, 70_001, 3, None), (1200, 4, 4, 7 * 128 + 3, 128), (5000, 3, 2, 2**31 + 5, None)],
 )
-def test_lowers_for_cuda(monkeypatch, entry, n_tokens, bs, n_rows, width, block):
+def test_lowers_for_cuda(monkeypatch, n_tokens, bs, n_rows, width, block):
     """Pallas's Mosaic GPU lowering accepts every code path (tiles, short copies, staged copies, strides, big grids)."""
-    monkeypatch.setattr(mosaic, "ENTRY", entry)
     if block == 128:
         monkeypatch.setattr(mosaic, "TARGET_PROGRAMS", 4)  # lanes striding over several tiles
     shapes = [((n_tokens,), jnp.int64), ((bs + 1,), jnp.int64), ((bs,), jnp.int64), ((n_rows, width), jnp.int32)]
@@ -300,11 +292,9 @@ def test_lowers_for_cuda(monkeypatch, entry, n_tokens, bs, n_rows, width, block)
     assert_one_bare_mosaic_call(text)
 
 
-@pytest.mark.parametrize("entry", ENTRIES)
-def test_lowers_for_cuda_through_the_api_under_vmap_and_checkify(monkeypatch, entry):
+def test_lowers_for_cuda_through_the_api_under_vmap_and_checkify(monkeypatch):
     from jax.experimental import checkify
 
-    monkeypatch.setattr(mosaic, "ENTRY", entry)
     monkeypatch.setattr(implementations, "gpu_capability", lambda: (9, 0))  # a Hopper GPU, as far as the choice goes
     shapes = [((500,), jnp.int64), ((5,), jnp.int64), ((4,), jnp.int64), ((5, 200), jnp.int32)]
     f = functools.partial(scatter_req_token_ids, implementation=("mosaic", "xla"))
@@ -327,7 +317,6 @@ def test_mosaic_is_selectable_and_interprets_anywhere():
 
 
 def test_default_order():
-    assert implementations.MOSAIC_IN_DEFAULT
     assert implementations.DEFAULT == ("mosaic", "pallas", "xla")
 
 
@@ -341,7 +330,7 @@ def test_the_default_per_compute_capability(monkeypatch, capability):
         expected = "pallas" if implementations.pallas_triton_import_error() is None else "xla"
     assert implementations.plan(None, "cuda", False) == ((None, expected),)
     # Traced (no device yet): the GPU's choice as above, XLA on every other platform.
-    tpu = (("tpu", "mosaic_tpu"),) if implementations.MOSAIC_TPU_IN_DEFAULT else ()
+    tpu = (("tpu", "mosaic_tpu"),) if "tpu" in implementations.PLATFORM_DEFAULTS else ()
     assert implementations.plan(None, None, False) == (("cuda", expected), *tpu, (None, "xla"))
 
 

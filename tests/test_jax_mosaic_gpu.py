@@ -2,10 +2,8 @@
 
 Run on the GPU machine: ``pytest -m gpu tests/test_jax_mosaic_gpu.py``.
 Skipped without a GPU of compute capability 9.0 or newer that JAX sees (or
-without Mosaic GPU). Pools are sentinel-filled, never zeros. Both launch
-entries (``pallas_mosaic_gpu.ENTRY``: ``pl.kernel`` and the deprecated
-``pl.pallas_call``) are exercised where it matters, so one run tells which
-ones this JAX supports.
+without Mosaic GPU). Pools are sentinel-filled, never zeros. The compiled
+kernel is the ``pl.kernel`` launch (``pallas_mosaic_gpu``'s "Launch").
 """
 
 from __future__ import annotations
@@ -38,17 +36,7 @@ if REASON is None:
 else:  # pragma: no cover
     mosaic, TILE = None, 512
 
-# The deprecated pallas_call entry lowers for Mosaic GPU on JAX 0.10 only: on
-# 0.11.2 (H200, 2026-11-30) its lowering rule is gone (AssertionError in
-# pallas_call.gpu_lowering). The kernel takes it only where pl.kernel is missing.
-ENTRIES = ["kernel"] + (["pallas_call"] if tuple(map(int, jax.__version__.split(".")[:2])) < (0, 11) else [])
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
-
-@pytest.fixture(params=ENTRIES)
-def entry(request, monkeypatch):
-    monkeypatch.setattr(mosaic, "ENTRY", request.param)
-    return request.param
 
 
 def on_gpu(*arrays):
@@ -77,7 +65,7 @@ def tokens(n, seed):
     return np.random.default_rng(seed).integers(INT64_MIN, INT64_MAX, size=n, dtype=np.int64, endpoint=True)
 
 
-def test_it_is_the_mosaic_kernel(entry):
+def test_it_is_the_mosaic_kernel():
     args = on_gpu(*large_batch(bs=8, width=300, seed=1))
     hlo = jax.jit(scatter_fn()).lower(*args).as_text()
     assert "mosaic_gpu" in hlo and "triton" not in hlo
@@ -85,7 +73,7 @@ def test_it_is_the_mosaic_kernel(entry):
     assert "mosaic_gpu" in default and "triton" not in default
 
 
-def test_both_entries_agree_with_the_reference(entry):
+def test_agrees_with_the_reference():
     check(*large_batch(bs=300, width=TILE + 5, seed=2))
     check(*large_batch(bs=40, width=100, seed=3), jit=False)
 
@@ -125,7 +113,7 @@ def test_every_window_length_around_the_copy_sizes():
     check(tokens(int(offsets[-1]), 4), offsets, rows, sentinel_pool(width + 1, width, 4))
 
 
-def test_segments_at_the_edges(entry):
+def test_segments_at_the_edges():
     """Segments ending exactly at flat_in's end, starting below 0 (and below -C), the pool's last rows and columns."""
     n_rows, width, n_tokens = 7, 2 * TILE + 5, 3 * TILE
     offsets = np.array([-TILE - 3, 5, n_tokens - width, n_tokens, n_tokens - 1, n_tokens + 9, 2**62], dtype=np.int64)
@@ -135,7 +123,7 @@ def test_segments_at_the_edges(entry):
     check(tokens(n_tokens, 6), offsets, np.array([6, 5, 4], dtype=np.int64), sentinel_pool(n_rows, width, 6))
 
 
-def test_repeated_rows_never_undo_each_other(entry):
+def test_repeated_rows_never_undo_each_other():
     """Rows repeated (unchecked): cells one request writes hold its value, cells both write one of the two."""
     width = TILE + 300
     lengths = [TILE + 200, 5, 130, 7, TILE + 290, 1, 64]
@@ -164,7 +152,7 @@ def test_bench_cases_match_the_triton_pallas_kernel():
             assert_same_pool(np.asarray(jax.jit(f)(*on_gpu(*host))), expected)
 
 
-def test_donation_writes_in_place(entry):
+def test_donation_writes_in_place():
     batch = large_batch(bs=500, width=300, seed=9)
     args = on_gpu(*batch)
     pointer = args[3].unsafe_buffer_pointer()

@@ -302,11 +302,17 @@ def test_lowers_for_tpu(tpu_lowering, n_tokens, bs, n_rows, width):
     assert "output_operand_aliases" in text and "tf.aliasing_output = 0" in text
 
 
+# PLATFORM_DEFAULTS without a TPU entry (as shipped) and with the one it gets once the kernel has passed on a TPU.
+TPU_DEFAULTS = [{}, {"tpu": ("mosaic_tpu", "xla")}]
+
+
+@pytest.mark.parametrize("defaults", TPU_DEFAULTS, ids=["no-tpu-entry", "tpu-entry"])
 @pytest.mark.parametrize("implementation", [None, ("mosaic_tpu", "xla")])
-def test_lowers_to_the_kernel_on_tpu_under_vmap_and_checkify(tpu_lowering, implementation):
-    # The default takes the kernel on a TPU only once MOSAIC_TPU_IN_DEFAULT is on; XLA's scatter until then.
+def test_lowers_to_the_kernel_on_tpu_under_vmap_and_checkify(tpu_lowering, monkeypatch, defaults, implementation):
+    # The default takes the kernel on a TPU only with a TPU entry in PLATFORM_DEFAULTS; XLA's scatter without.
     # (A sequence: the host, where this traces, runs "xla"; a TPU picks the kernel when lowering.)
-    expected = implementation is not None or implementations.MOSAIC_TPU_IN_DEFAULT
+    monkeypatch.setattr(implementations, "PLATFORM_DEFAULTS", defaults)
+    expected = implementation is not None or "tpu" in defaults
     call = functools.partial(scatter_req_token_ids, implementation=implementation)
     shapes = [((500,), jnp.int64), ((5,), jnp.int64), ((4,), jnp.int64), ((5, 200), jnp.int32)]
     assert ("@tpu_custom_call" in lower_for_tpu(call, *shapes)) == expected
@@ -320,23 +326,19 @@ def test_lowers_to_the_kernel_on_tpu_under_vmap_and_checkify(tpu_lowering, imple
 # -- choosing "mosaic_tpu" ---------------------------------------------------------------------------
 
 
-def test_the_tpu_default_and_the_other_defaults():
+@pytest.mark.parametrize("defaults", TPU_DEFAULTS, ids=["no-tpu-entry", "tpu-entry"])
+def test_the_tpu_default_and_the_other_defaults(monkeypatch, defaults):
+    monkeypatch.setattr(implementations, "PLATFORM_DEFAULTS", defaults)
     plan = implementations.plan
-    on_tpu = "mosaic_tpu" if implementations.MOSAIC_TPU_IN_DEFAULT else "xla"
+    on_tpu = "mosaic_tpu" if defaults else "xla"
     assert plan(None, "tpu", False) == ((None, on_tpu),)
-    interpreted = "mosaic_tpu" if implementations.MOSAIC_TPU_IN_DEFAULT else default_gpu_kernel("tpu", True)
+    interpreted = "mosaic_tpu" if defaults else default_gpu_kernel("tpu", True)
     assert plan(None, "tpu", True) == ((None, interpreted),)
     assert plan(None, "cuda", False) == ((None, default_gpu_kernel("cuda", False)),)  # unchanged elsewhere
     assert plan(None, "cpu", False) == ((None, "xla"),)
     assert dict(plan(None, None, False)).get("tpu", "xla") == on_tpu  # traced: picked per platform when lowering
     assert plan("mosaic_tpu", "tpu", False) == ((None, "mosaic_tpu"),)
     assert plan(("mosaic_tpu", "xla"), "tpu", False) == ((None, "mosaic_tpu"),)
-
-
-def test_the_tpu_default_waits_for_a_run_on_a_tpu():
-    assert implementations.PLATFORM_DEFAULTS == (
-        {"tpu": ("mosaic_tpu", "xla")} if implementations.MOSAIC_TPU_IN_DEFAULT else {}
-    )
 
 
 @pytest.mark.skipif(jax.devices()[0].platform == "tpu", reason="a TPU is here")
