@@ -32,6 +32,15 @@ tiles; one token) and, for the torch kernels, pool layouts (contiguous, a column
 slice, every other row, every other column, transposed), each a view into a
 larger buffer whose cells outside the view are checked unchanged.
 
+Then, for the torch kernels, the arguments whose memory is not what they
+read (``storage_cases``): each primes a valid signature twice (the second call
+takes the remembered-call path where it is on), then passes a pool or
+``flat_in`` whose storage was freed (``resize_(0)``) or shrunk under it, a zero
+tensor, a ``torch.func.functionalize`` wrapper (whose data pointer reads null:
+the torch path runs it), and an expanded ``flat_in`` of ``2**63 - 1`` tokens
+read from column -3; each must be refused with the storage check's error and
+launch nothing, or write exactly what the reference writes.
+
 Kernels: ``torch/triton`` (the torch launcher, ``backend="triton"``),
 ``jax/pallas`` and ``jax/mosaic`` (``scatter_req_token_ids``); on a machine
 without a CUDA GPU, ``torch/triton`` runs in Triton's interpreter, the JAX
@@ -238,6 +247,84 @@ def run_jax(implementation: str, launch) -> tuple[np.ndarray, int]:
     return np.asarray(out), 0
 
 
+def storage_cases(backend: str) -> tuple[int, int]:
+    """(cases run, cases wrong) of the arguments whose memory is not what they read (module docstring)."""
+    import torch
+
+    from kv_canary_torch import launch_scatter_req_token_ids_kernel
+    from shared_spec import errors
+
+    device = "cuda" if GPU else "cpu"
+    flat_np, offsets_np, rows_np = np.arange(100, 112), np.array([0, 3, 10, 12]), np.array([2, 0, 3])
+    flat, offsets, rows = (torch.from_numpy(a).to(device) for a in (flat_np, offsets_np, rows_np))
+    fresh = lambda: torch.full((4, 5), GUARD, dtype=torch.int32, device=device)  # noqa: E731
+    expected = scatter_reference(flat_np, offsets_np, rows_np, np.full((4, 5), GUARD, np.int32))
+
+    def call(pool, flat_in=flat, offsets=offsets, rows=rows):
+        launch_scatter_req_token_ids_kernel(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=pool, backend=backend)
+        return pool
+
+    def freed(tensor):
+        tensor.untyped_storage().resize_(0)
+        return tensor
+
+    def shrunk(tensor):
+        buffer = torch.zeros(tensor.numel() + 1, dtype=tensor.dtype, device=device)
+        view = buffer[1:].view(tensor.shape)
+        buffer.untyped_storage().resize_(tensor.numel() * tensor.element_size())
+        return view
+
+    refused = {
+        "pool_out freed": (lambda: call(freed(fresh())), "pool_out"),
+        "pool_out shrunk": (lambda: call(shrunk(fresh())), "pool_out"),
+        "pool_out a zero tensor": (lambda: call(torch._efficientzerotensor((4, 5), dtype=torch.int32, device=device)), "pool_out"),
+        "flat_in freed": (lambda: call(fresh(), flat_in=freed(flat.clone())), "flat_in"),
+        "flat_in shrunk": (lambda: call(fresh(), flat_in=shrunk(flat)), "flat_in"),
+    }
+    cases = wrong = 0
+    for name, (bad_call, argument) in refused.items():
+        for _ in range(2):
+            call(fresh())
+        cases += 1
+        try:
+            bad_call()
+        except errors.KvCanaryValueError as error:
+            if str(error) == errors.NO_MEMORY.format(arg=argument):
+                continue
+            print(f"torch/{backend} {name}: {error}", file=sys.stderr)
+        else:
+            print(f"torch/{backend} {name}: not refused", file=sys.stderr)
+        wrong += 1
+    written = {
+        "functionalize": lambda: torch.func.functionalize(call)(fresh()),
+        "functionalize, nothing to write": lambda: torch.func.functionalize(
+            lambda pool: call(pool, flat_in=flat[:0], offsets=torch.zeros_like(offsets)))(fresh()),
+    }
+    wanted = {"functionalize": expected, "functionalize, nothing to write": np.full((4, 5), GUARD, np.int32)}
+    for name, good_call in written.items():
+        call(fresh())
+        cases += 1
+        try:
+            got = good_call().cpu().numpy()
+            bad = int((got != wanted[name]).sum())
+        except errors.KvCanaryValueError as error:  # backend="triton" under a transform: the spec's refusal is right
+            bad = 0 if str(error).endswith(errors.TORCH_FUNC_TRANSFORMED) else 1
+        if bad:
+            print(f"torch/{backend} {name}: {bad} wrong cells", file=sys.stderr)
+        wrong += bool(bad)
+    cases += 1  # the window from column -3 over 2**63 - 1 expanded tokens writes columns 3..7
+    pool = torch.full((1, 8), GUARD, dtype=torch.int32, device=device)
+    for _ in range(2):
+        call(pool, flat_in=torch.tensor([7], device=device).expand(2**63 - 1), offsets=torch.tensor([-3, 5], device=device),
+             rows=torch.tensor([0], device=device))
+    want = np.full((1, 8), GUARD, np.int32)
+    want[0, 3:] = 7
+    if (pool[:1].cpu().numpy() != want).any():
+        print(f"torch/{backend} int64-end window: {pool.cpu().numpy()}", file=sys.stderr)
+        wrong += 1
+    return cases, wrong
+
+
 def runner(kernel: str):
     frontend, name = kernel.split("/")
     if frontend == "torch":
@@ -298,8 +385,14 @@ def main(argv=None) -> int:
                 print(f"{kernel}: {wrong} wrong cells, launch geometry {launch[3].shape} layout {launch[4]}", file=sys.stderr)
             cases += n_cases
             bad += wrong
+    storage_run = 0
+    for kernel in kernels:
+        frontend, name = kernel.split("/")
+        if frontend == "torch":
+            run_cases, wrong = storage_cases(name)
+            storage_run, bad = storage_run + run_cases, bad + wrong
     print(f"cases run: {cases} ({args.cases} per kernel, {len(launches)} launches each, each run {args.repeat}x), "
-          f"mismatches: {bad}, kernels: {', '.join(kernels) or 'none'}")
+          f"storage cases: {storage_run}, mismatches: {bad}, kernels: {', '.join(kernels) or 'none'}")
     for line in skipped:
         print(f"skipped: {line}")
     return 1 if bad or not kernels else 0

@@ -60,9 +60,9 @@ def test_the_script_runs_on_the_cpu():
                "--kernels", "torch/triton", "torch/torch", "jax/xla", "jax/pallas"]
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    summary = re.search(r"cases run: (\d+) .* mismatches: (\d+), kernels: (.*)", result.stdout)
+    summary = re.search(r"cases run: (\d+) .* storage cases: (\d+), mismatches: (\d+), kernels: (.*)", result.stdout)
     assert summary is not None, result.stdout
-    assert summary.groups() == ("32", "0", "torch/triton, torch/torch, jax/xla, jax/pallas")
+    assert summary.groups() == ("32", "16", "0", "torch/triton, torch/torch, jax/xla, jax/pallas")
 
 
 def test_a_default_run_launches_every_triton_kernel():
