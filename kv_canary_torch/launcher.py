@@ -11,7 +11,8 @@ Errors are raised before anything is written, in this order:
 3. ``check_values`` is a bool (``shared_spec.checks.require_bool``: ``bool`` or
    ``numpy.bool_``; anything else is the spec's ``TypeError``);
 4. the checked mode's value rules when ``check_values=True`` (a host copy of
-   ``offsets`` and ``req_pool_indices``: a sync on CUDA).
+   ``offsets`` and ``req_pool_indices``: a sync on CUDA; inside ``torch.func``
+   transforms per ``vmap`` example, ``values``).
 
 Eager calls go straight to ``op.run``; once a call's argument signature has
 passed steps 1 to 3 and launched through the Triton backend, the next eager

@@ -263,3 +263,10 @@ def spec_error(cls, template: str, fields: Mapping):
     error.template = template
     error.fields = fields
     return error
+
+# check_values=True inside a torch.func transform whose wrappers this torch cannot unwrap to read the values
+# (kv_canary_torch/values.py); {error} is why, "ClassName: message".
+CHECK_VALUES_TRANSFORMED = (
+    PREFIX + " check_values=True cannot read {arg}'s values inside this torch.func transform ({error}); "
+    "check the values outside the transform, or pass check_values=False"
+)
