@@ -123,7 +123,7 @@ def _describe_torch(x, frontend: str, in_place: bool) -> ArrayView:
         if not torch.compiler.is_compiling() and torch_inference_outside_mode(x):
             problem = errors.WRITE_INFERENCE
         elif x.dim() == 2 and not torch_writable(x):
-            problem = errors.WRITE_OVERLAP.format(strides=tuple(x.stride()))
+            problem = errors.Message(errors.WRITE_OVERLAP, {"strides": tuple(x.stride())})  # formatted with the error
     return ArrayView(tuple(x.shape), dtype, device, problem, storage_problem=torch_storage_problem(x))
 
 

@@ -11,7 +11,8 @@ Errors are raised before anything is written, in this order:
 3. ``check_values`` is a bool (``shared_spec.checks.require_bool``: ``bool`` or
    ``numpy.bool_``; anything else is the spec's ``TypeError``);
 4. the checked mode's value rules when ``check_values=True`` (a host copy of
-   ``offsets`` and ``req_pool_indices``: a sync on CUDA).
+   ``offsets`` and ``req_pool_indices``: a sync on CUDA; inside ``torch.func``
+   transforms per ``vmap`` example, ``values``).
 
 Eager calls go straight to ``op.run``; once a call's argument signature has
 passed steps 1 to 3 and launched through the Triton backend, the next eager
@@ -30,11 +31,15 @@ raised while tracing would reach a ``fullgraph=True`` caller only as the
 ``__cause__`` of Dynamo's ``Unsupported``. One check of step 1 is decided when
 the graph runs, not while tracing: an inference pool outside inference mode
 (``op.require_inference_mode``; Dynamo traces with inference mode off and does
-not guard it). What ``fullgraph=True`` does not support: numpy and JAX
-arguments (Dynamo cannot trace them; without ``fullgraph`` it breaks the graph
-there and the call runs eagerly), sparse tensors (Dynamo refuses them as
-graph inputs), and, with ``dynamic=True``, a message holding a size (rank,
-offsets length), which Dynamo cannot format from a symbolic size
+not guard it). A message holding a size (a rank's shape, the offsets length, an
+overlapping pool's strides) is recorded as its template and fields, the sizes
+``SymInt`` arguments of the node, and formatted when the graph runs
+(``errors.format_message``, as eager calls format it): with dynamic shapes
+(``dynamic=True``, or Dynamo's default recompiling with automatic dynamic
+shapes) one graph raises each call's own message. What ``fullgraph=True``
+does not support: numpy and JAX arguments (Dynamo cannot trace them; without
+``fullgraph`` it breaks the graph there and the call runs eagerly), and
+sparse tensors (Dynamo refuses them as graph inputs)
 (``tests/test_torch_compile_support.py`` has a test per statement).
 """
 

@@ -13,7 +13,8 @@ call in its graph as one opaque node (no graph break). The launcher calls
 ``run`` directly in eager mode -- custom-op dispatch costs host microseconds --
 and the op only while compiling. ``record_error`` puts an argument error into
 a compiled graph through a second op, ``kv_canary::raise_error``, so that the
-spec's exception reaches a ``fullgraph=True`` caller as it is;
+spec's exception reaches a ``fullgraph=True`` caller as it is, its message
+formatted when the graph runs (a size in it is symbolic under dynamic shapes);
 ``require_inference_mode`` puts in a third, ``kv_canary::require_inference_mode``,
 which refuses an inference pool when the graph runs outside inference mode
 (the one check Dynamo cannot decide while tracing).
@@ -30,7 +31,7 @@ Every other implementation is safe to call from several threads at once.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 
@@ -81,9 +82,18 @@ def _(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation
     return None
 
 
-@torch.library.custom_op(ERROR_QUALNAME, mutates_args=())
-def raise_error(kind: str, message: str, after: Optional[torch.Tensor]) -> None:
-    """Raise the spec's exception ``kind`` with ``message`` when a compiled graph runs this node.
+# The schema spelled out: torch.library cannot infer a list of str from annotations.
+@torch.library.custom_op(
+    ERROR_QUALNAME, mutates_args=(), schema="(str kind, str text, str[] fields, SymInt[] sizes, Tensor? after) -> ()"
+)
+def raise_error(kind: str, text: str, fields: Sequence[str], sizes: Sequence[int], after: Optional[torch.Tensor]) -> None:
+    """Raise the spec's exception ``kind`` when a compiled graph runs this node.
+
+    With ``fields`` empty, ``text`` is the message as it is; otherwise it is
+    the message's template, and ``fields`` and ``sizes`` its fields
+    (``encode_fields``): the sizes are the graph's, symbolic while it is
+    traced (dynamic shapes), so the message is formatted here, by
+    ``errors.format_message``, with the sizes of the call that runs.
 
     Registered as an ordered side effect (below), so the graph keeps the node
     although nothing uses its result, without a tensor to hang it on: the
@@ -92,12 +102,66 @@ def raise_error(kind: str, message: str, after: Optional[torch.Tensor]) -> None:
     node reads, orders it after that tensor's earlier writers in the graph
     (``require_inference_mode``'s, for an inference pool); None otherwise.
     """
-    raise _ERROR_CLASSES[kind](message)
+    if not fields:
+        raise _ERROR_CLASSES[kind](text)
+    raise errors.spec_error(_ERROR_CLASSES[kind], text, decode_fields(list(fields), [int(size) for size in sizes]))
 
 
 @raise_error.register_fake
-def _(kind, message, after) -> None:
+def _(kind, text, fields, sizes, after) -> None:
     return None
+
+
+# encode_fields' tags: how each field of a message travels through raise_error's schema.
+_STR, _INT, _TUPLE, _MESSAGE = "str", "int", "tuple", "message"
+
+
+def encode_fields(fields, names: list, sizes: list) -> bool:
+    """Append ``fields`` (a spec message's) to ``names`` (str tokens) and ``sizes`` (ints); False for a field of another kind.
+
+    A str field is three tokens (name, tag, value), an int one two and a size;
+    a tuple of ints (a shape, strides) three and its sizes; an
+    ``errors.Message`` four (name, tag, template, field count) and its fields.
+    TorchDynamo traces this with the sizes symbolic: an int here may be a
+    SymInt (Dynamo answers ``type(size) is int`` for one), which the schema's
+    ``SymInt[]`` keeps symbolic. Any other field (a ``backend=`` object of
+    some other type) holds no size: its message is constant while tracing.
+    """
+    for name, value in fields.items():
+        if isinstance(value, errors.Message):
+            names += [name, _MESSAGE, value.template, str(len(value.fields))]
+            if not encode_fields(value.fields, names, sizes):
+                return False
+        elif isinstance(value, tuple) and all(type(size) is int for size in value):
+            names += [name, _TUPLE, str(len(value))]
+            sizes += list(value)
+        elif type(value) is int:
+            names += [name, _INT]
+            sizes.append(value)
+        elif type(value) is str:
+            names += [name, _STR, "{}".format(value)]  # a constant: Dynamo may hold a name it read (type(x).__name__) lazily
+        else:
+            return False
+    return True
+
+
+def decode_fields(names: list, sizes: list, count: int | None = None) -> dict:
+    """The fields ``encode_fields`` wrote (consuming ``names`` and ``sizes`` from the front); ``count``: how many, None for all."""
+    fields = {}
+    while names and (count is None or len(fields) < count):
+        name, tag = names.pop(0), names.pop(0)
+        if tag == _STR:
+            fields[name] = names.pop(0)
+        elif tag == _INT:
+            fields[name] = sizes.pop(0)
+        elif tag == _TUPLE:
+            length = int(names.pop(0))
+            fields[name] = tuple(sizes[:length])
+            del sizes[:length]
+        else:
+            template, length = names.pop(0), int(names.pop(0))
+            fields[name] = errors.Message(template, decode_fields(names, sizes, length))
+    return fields
 
 
 def _register_side_effect(op) -> bool:
@@ -131,8 +195,14 @@ def record_error(error: Exception, after: torch.Tensor | None = None) -> None:
     """
     if not ERRORS_IN_GRAPH:
         raise error
-    # the message as the exception holds it: Dynamo (torch 2.11) cannot trace str() of an exception class
-    torch.ops.kv_canary.raise_error(type(error).__name__, error.args[0], after)
+    names: list[str] = []
+    sizes: list = []
+    if hasattr(error, "template") and encode_fields(error.fields, names, sizes):
+        # the template and fields: a size may be symbolic (dynamic shapes), formatted when the graph runs
+        torch.ops.kv_canary.raise_error(type(error).__name__, error.template, names, sizes, after)
+    else:
+        # the message as the exception holds it (constant): Dynamo (torch 2.11) cannot trace str() of an exception class
+        torch.ops.kv_canary.raise_error(type(error).__name__, error.args[0], [], [], after)
 
 
 @torch.library.custom_op(INFERENCE_QUALNAME, mutates_args={"pool_out"})

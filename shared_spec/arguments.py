@@ -35,4 +35,5 @@ OUTPUT = "pool_out"
 
 def format_shape(shape) -> str:
     """A shape as a Python tuple: ``(2, 3)``, ``(5,)``, ``()``."""
-    return repr(tuple(int(d) for d in shape))
+    # str.format, not repr: TorchDynamo formats a symbolic size lazily, where it cannot trace repr of one.
+    return "{}".format(tuple(int(d) for d in shape))

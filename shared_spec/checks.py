@@ -18,7 +18,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from shared_spec import errors
-from shared_spec.arguments import ARGUMENTS, ARGUMENT_NAMES, OUTPUT, format_shape
+from shared_spec.arguments import ARGUMENTS, ARGUMENT_NAMES, OUTPUT
 
 CHECK_ORDER: tuple[str, ...] = (
     "array",  # every argument, in argument order, is an array of the frontend
@@ -66,7 +66,8 @@ class ArrayView:
     canonical dtype name (numpy's ``dtype.name``: ``int32``, ``bfloat16``,
     ``bool``). device: canonical device (``cpu``, ``cuda:0``, ``meta``), or None
     when unknown (a JAX tracer). write_problem: one of the ``errors.WRITE_*``
-    reasons, filled in, when the frontend would have to write this array in
+    reasons, filled in (a str, or an ``errors.Message`` formatted with the
+    error), when the frontend would have to write this array in
     place and cannot; None otherwise. layout: ``STRIDED``, or the name of the
     array's other layout (torch's, without ``torch.``: ``sparse_coo``,
     ``sparse_csr``, ``jagged``; ``nested`` for a nested tensor of strided
@@ -108,7 +109,7 @@ def first_failure(views: Mapping[str, ArrayView | NotAnArray]) -> tuple[str, Exc
     for arg in ARGUMENTS:
         shape = views[arg.name].shape
         if len(shape) != arg.rank:
-            return "rank", errors.value_error(errors.WRONG_RANK, arg=arg.name, rank=arg.rank, shape=format_shape(shape))
+            return "rank", errors.value_error(errors.WRONG_RANK, arg=arg.name, rank=arg.rank, shape=tuple(shape))
     for arg in ARGUMENTS:
         got = views[arg.name].dtype
         if got != arg.dtype:

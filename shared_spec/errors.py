@@ -8,7 +8,9 @@ frontends fill them and never write message text of their own.
 
 from __future__ import annotations
 
-from shared_spec.arguments import OP_NAME
+from typing import Mapping, NamedTuple
+
+from shared_spec.arguments import OP_NAME, format_shape
 
 PREFIX = f"kv-canary: {OP_NAME}"
 
@@ -141,11 +143,11 @@ PALLAS_BACKEND_NEEDS_HOPPER = "Mosaic GPU needs compute capability 9.0 or newer,
 
 
 def type_error(template: str, **fields) -> KvCanaryTypeError:
-    return KvCanaryTypeError(template.format(**fields))
+    return spec_error(KvCanaryTypeError, template, fields)
 
 
 def value_error(template: str, **fields) -> KvCanaryValueError:
-    return KvCanaryValueError(template.format(**fields))
+    return spec_error(KvCanaryValueError, template, fields)
 
 
 def choice_error(option: str, name, choices) -> KvCanaryValueError:
@@ -249,4 +251,50 @@ MOSAIC_TPU_NOT_IMPORTABLE = (
 MOSAIC_TPU_NEEDS_TPU = (
     "the Mosaic TPU kernel needs a TPU; "
     "pass interpret=True to run it in Pallas's TPU interpreter, or implementation='xla'"
+)
+
+
+# Messages as data: a template of this module and its fields, formatted by format_message alone. The spec's
+# exceptions keep both (``template``, ``fields``), so a frontend that cannot format a message yet (a compiled
+# torch graph, whose sizes are symbolic while it is traced) passes them on, formatted when the values are known.
+class Message(NamedTuple):
+    """A message not yet formatted (a ``NOT_WRITABLE`` reason whose fields are sizes); ``str()`` formats it."""
+
+    template: str
+    fields: Mapping
+
+    def __str__(self) -> str:
+        return format_message(self.template, self.fields)
+
+
+def format_message(template: str, fields: Mapping) -> str:
+    """The one formatting rule of every message: ``template`` filled with ``fields``.
+
+    A ``Message`` field is formatted first; a tuple field (a shape, strides) is
+    written as ``arguments.format_shape`` writes it; any other field as
+    ``str.format`` writes it.
+    """
+    return template.format(**{name: _field_text(value) for name, value in fields.items()})
+
+
+def _field_text(value):
+    if isinstance(value, Message):  # a NamedTuple: asked before tuple
+        return format_message(value.template, value.fields)
+    if isinstance(value, tuple):
+        return format_shape(value)
+    return value
+
+
+def spec_error(cls, template: str, fields: Mapping):
+    """``cls`` (``KvCanaryTypeError`` or ``KvCanaryValueError``) with ``format_message(template, fields)``, keeping both."""
+    error = cls(format_message(template, fields))
+    error.template = template
+    error.fields = fields
+    return error
+
+# check_values=True inside a torch.func transform whose wrappers this torch cannot unwrap to read the values
+# (kv_canary_torch/values.py); {error} is why, "ClassName: message".
+CHECK_VALUES_TRANSFORMED = (
+    PREFIX + " check_values=True cannot read {arg}'s values inside this torch.func transform ({error}); "
+    "check the values outside the transform, or pass check_values=False"
 )

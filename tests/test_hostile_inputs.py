@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+import torch._dynamo.testing
 
 from kv_canary_arrays import adopt
 from kv_canary_jax import scatter_req_token_ids, scatter_req_token_ids_sharded
@@ -337,33 +338,47 @@ def test_malformed_foreign_arguments_get_one_error_in_both_frontends(bad, name):
 
 def _compiled_bad_calls():
     flat, offsets, rows = (torch.from_numpy(a) for a in (FLAT_IN, OFFSETS, ROWS))
+    interleaved = torch.zeros(64, dtype=torch.int32).as_strided((4, 5), (2, 1))  # strides that dynamic shapes keep symbolic
     return [
         ("dtype", (flat.to(torch.int32), offsets, rows, torch.from_numpy(_pool()), "torch")),
         ("rank", (flat, offsets, rows, torch.from_numpy(_pool()).reshape(-1), "torch")),
+        ("offsets_length", (flat, offsets[:-1], rows, torch.from_numpy(_pool()), "torch")),
         ("overlap", (flat, offsets, rows, torch.from_numpy(_pool()[:1]).expand(4, -1), "torch")),
+        ("overlap-interleaved", (flat, offsets, rows, interleaved, "torch")),
         ("not-an-array", (flat, [0, 3, 10, 12], rows, torch.from_numpy(_pool()), "torch")),
         ("backend", (flat, offsets, rows, torch.from_numpy(_pool()), "nope")),
+        ("backend-not-a-str", (flat, offsets, rows, torch.from_numpy(_pool()), None)),  # a field of no size: constant
     ]
 
 
-# Messages that hold a size: with dynamic shapes the size is symbolic while tracing, and Dynamo cannot format it.
-SIZED_MESSAGES = ("rank",)
+def _warm_up_automatic_dynamic(compiled):
+    """Two valid calls of other sizes: Dynamo's default (dynamic=None) recompiles the second with dynamic shapes."""
+    for bs in (1, 2):
+        flat = torch.arange(100, 100 + 3 * bs + 1)
+        offsets = torch.arange(0, 3 * bs + 1, 3)
+        compiled(flat, offsets, torch.arange(bs), torch.zeros((bs + 5, 6 + bs), dtype=torch.int32), "torch")
 
 
-@pytest.mark.parametrize("compiler, dynamic", [("aot_eager", False), ("aot_eager", True), ("inductor", False)])
+@pytest.mark.parametrize(
+    "compiler, dynamic",
+    [("aot_eager", False), ("aot_eager", True), ("aot_eager", None), ("inductor", False), ("inductor", True)],
+)
 def test_argument_errors_reach_a_fullgraph_caller_as_the_specs_exception(compiler, dynamic):
+    """dynamic=None: after a recompile with automatic dynamic shapes, a size in a message is symbolic, as with dynamic=True."""
     def caller(flat_in, offsets, rows, pool, backend):
         launch_scatter_req_token_ids_kernel(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=pool, backend=backend)
         return pool.sum() if isinstance(pool, torch.Tensor) else None
 
-    calls = _compiled_bad_calls() if compiler == "aot_eager" else _compiled_bad_calls()[:1]  # Inductor compiles are slow here
+    calls = _compiled_bad_calls()
+    if compiler == "inductor":  # Inductor compiles are slow here: a message without sizes and one with
+        calls = [call for call in calls if call[0] in ("dtype", "offsets_length")]
     for name, args in calls:
-        if dynamic and name in SIZED_MESSAGES:
-            continue
         torch._dynamo.reset()
         with pytest.raises((errors.KvCanaryTypeError, errors.KvCanaryValueError)) as eager:
             caller(*args)
         compiled = torch.compile(caller, fullgraph=True, backend=compiler, dynamic=dynamic)
+        if dynamic is None:
+            _warm_up_automatic_dynamic(compiled)
         for _ in range(2):  # the first call traces, the second runs the cached graph
             before = args[3].clone()
             with pytest.raises(type(eager.value)) as raised:
@@ -373,20 +388,29 @@ def test_argument_errors_reach_a_fullgraph_caller_as_the_specs_exception(compile
     torch._dynamo.reset()
 
 
-def test_with_dynamic_shapes_a_message_holding_a_size_is_still_dynamos_error():
-    """Pins a limit of torch (2.13): Dynamo cannot format a symbolic size into a string, so it stops there.
+@pytest.mark.parametrize("dynamic", [True, None])
+def test_with_dynamic_shapes_one_graph_formats_each_calls_sizes_into_its_message(dynamic):
+    """The sizes in a message are the graph's symbolic sizes, formatted when it runs: one graph, each call's own message."""
+    def caller(flat_in, offsets, rows, pool):
+        launch_scatter_req_token_ids_kernel(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=pool, backend="torch")
 
-    When this test fails, torch has learned to; drop ``SIZED_MESSAGES`` and this test.
-    """
-    def caller(flat_in, offsets, rows, pool, backend):
-        launch_scatter_req_token_ids_kernel(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=pool, backend=backend)
-
-    (args,) = [args for name, args in _compiled_bad_calls() if name in SIZED_MESSAGES]
     torch._dynamo.reset()
-    before = args[3].clone()
-    with pytest.raises(torch._dynamo.exc.Unsupported):
-        torch.compile(caller, fullgraph=True, backend="aot_eager", dynamic=True)(*args)
-    assert torch.equal(args[3], before)
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(caller, fullgraph=True, backend=counter, dynamic=dynamic)
+    for bs in (3, 5, 8):
+        flat, offsets, rows = torch.arange(20), torch.arange(bs), torch.arange(bs)  # offsets one too short
+        pool = torch.from_numpy(sentinel_pool(bs + 2, 4 + bs, seed=bs))
+        before = pool.clone()
+        with pytest.raises(errors.KvCanaryValueError) as raised:
+            compiled(flat, offsets, rows, pool)
+        assert str(raised.value) == errors.OFFSETS_LENGTH.format(length=bs, expected=bs + 1)
+        assert torch.equal(pool, before)
+        for wrong in (pool.reshape(-1), pool[None]):
+            with pytest.raises(errors.KvCanaryValueError) as raised:
+                compiled(flat, offsets, rows, wrong)
+            assert str(raised.value) == errors.WRONG_RANK.format(arg="pool_out", rank=2, shape=tuple(wrong.shape))
+    # one graph per kind of call (a length error, then each rank) once the sizes are dynamic
+    assert counter.frame_count == (3 if dynamic else 6)
     torch._dynamo.reset()
 
 

@@ -225,3 +225,14 @@ def test_written_columns_are_exactly_the_spec_cells(start, end, width, n_tokens)
     assert list(range(int(lo), int(hi))) == cells
     assert all(int(base) + j == start + j for j in cells)
     assert 0 <= int(lo) <= width and int(hi) <= width and len(cells) <= longest_window(width, n_tokens)
+
+
+def test_the_specs_exceptions_keep_their_template_and_fields_and_format_them_with_format_message():
+    reason = errors.Message(errors.WRITE_OVERLAP, {"strides": (np.int64(2), 1)})
+    error = errors.value_error(errors.NOT_WRITABLE, reason=reason)
+    assert str(reason) == "strides (2, 1) make several cells share memory"
+    assert str(error) == errors.NOT_WRITABLE.format(reason=str(reason))
+    assert (error.template, error.fields) == (errors.NOT_WRITABLE, {"reason": reason})
+    assert errors.format_message(error.template, error.fields) == str(error)
+    shape = errors.type_error(errors.WRONG_RANK, arg="pool_out", rank=2, shape=(np.int64(5),))
+    assert str(shape).endswith("pool_out must be 2-D, got shape (5,)")

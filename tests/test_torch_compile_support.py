@@ -14,8 +14,10 @@
    written inside it: the graph asks when it runs, since Dynamo traces with
    inference mode off and its guards do not tell no_grad from inference mode.
 4. dynamic=True traces every valid pool layout (transposed, as_strided views
-   whose strides interleave); the one message it cannot build is one holding
-   a size (tests/test_hostile_inputs.py pins that limit of torch).
+   whose strides interleave); a message holding a size is formatted when the
+   graph runs, under dynamic=True and under the default dynamic=None after a
+   recompile with automatic dynamic shapes (tests/test_hostile_inputs.py:
+   every argument error, and one graph giving each call its own sizes).
 5. numpy and JAX arguments are not supported with fullgraph=True (Dynamo
    cannot trace numpy's array attributes nor JAX arrays at all: its
    Unsupported, pinned here); without fullgraph Dynamo breaks the graph there

@@ -11,10 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kv_canary_torch import launch_scatter_req_token_ids_kernel
-from kv_canary_torch.op import OP_QUALNAME
+from kv_canary_torch.op import OP_QUALNAME, decode_fields, encode_fields
 from shared_spec import errors, scatter_reference
+from tests.profiles import property_settings
 from tests.strategies import large_batch
 from tests.torch_support import as_numpy, device_for, sentinel
 
@@ -151,3 +154,25 @@ def test_backend_choice_traces_with_a_cold_cache(monkeypatch, backend):
     expected = scatter_reference(*(as_numpy(x) for x in (flat_in, offsets, rows, pool)))
     torch.compile(plain_caller, fullgraph=True, backend="aot_eager")(flat_in, offsets, rows, pool, backend)
     np.testing.assert_array_equal(as_numpy(pool), expected)
+
+
+_FIELD = st.recursive(
+    st.one_of(st.text(), st.integers(-(2**63), 2**63 - 1), st.lists(st.integers(0, 2**40), max_size=3).map(tuple)),
+    lambda inner: st.dictionaries(st.text(min_size=1), inner, max_size=3).map(lambda f: errors.Message("{0!r}", f)),
+    max_leaves=6,
+)
+
+
+@property_settings(100)
+@given(fields=st.dictionaries(st.text(min_size=1), _FIELD, max_size=4))
+def test_recorded_fields_come_back_as_they_were_encoded(fields):
+    """What record_error passes to kv_canary::raise_error (str tokens and sizes) decodes to the same fields."""
+    names, sizes = [], []
+    assert encode_fields(fields, names, sizes)
+    assert all(type(name) is str for name in names) and all(type(size) is int for size in sizes)
+    assert decode_fields(names, sizes) == fields
+    assert names == [] and sizes == []
+
+
+def test_a_field_of_another_kind_is_not_encoded():
+    assert not encode_fields({"name": None}, [], []) and not encode_fields({"flag": True}, [], [])
