@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import torch
 
+from shared_spec import errors
 from shared_spec.reference import written_columns
 
 # Cells a chunk may hold however small the arguments: 2**18 cells is about
@@ -54,7 +55,14 @@ def chunk_cells(n_tokens: int, n_rows: int, width: int, bs: int) -> int:
 
 
 def scatter(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch.Tensor, pool_out: torch.Tensor) -> None:
-    """Write the requests' token ids into ``pool_out`` in place; see the module docstring."""
+    """Write the requests' token ids into ``pool_out`` in place; see the module docstring.
+
+    Under ``torch.func.vmap`` a batched ``offsets`` or ``req_pool_indices`` is refused with the spec's
+    backend-unavailable error (``errors.TORCH_VMAP_BATCHED_SEGMENTS``) before anything is written: the host sync
+    above is a read vmap cannot do of a batched count.
+    """
+    if _batched(offsets) or _batched(req_pool_indices):
+        raise errors.unavailable_error("backend", "torch", errors.TORCH_VMAP_BATCHED_SEGMENTS)
     bs = req_pool_indices.shape[0]
     n_rows, width = pool_out.shape
     n_tokens = flat_in.shape[0]
@@ -78,6 +86,11 @@ def scatter(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torc
         done = int(host_ends[start - 1]) if start > 0 else 0
         part = slice(start, stop)
         _write(flat_in, pool_out, rows[part], base[part], lo[part], counts[part], ends[part] - done, int(host_ends[stop - 1]) - done)
+
+
+def _batched(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is batched by an enclosing ``torch.func.vmap`` (one C++ call when no transform is active)."""
+    return torch._C._are_functorch_transforms_active() and torch._C._functorch.is_batchedtensor(tensor)
 
 
 def _chunk_bounds(ends: torch.Tensor, cap: int) -> list[int]:

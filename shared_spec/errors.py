@@ -172,6 +172,12 @@ TORCH_FUNC_TRANSFORMED = (
     "its kernel reads the tensors' memory, which the tensors of a torch.func transform (vmap, grad, ...) "
     "do not have; pass backend='torch' (or 'auto', which runs it there)"
 )
+# Reason for CHOICE_UNAVAILABLE (backend="torch", or "auto" which runs it, under torch.func.vmap with batched
+# offsets or req_pool_indices: each example writes its own number of cells, which the torch path sizes on the host).
+TORCH_VMAP_BATCHED_SEGMENTS = (
+    "under torch.func.vmap, a batched offsets or req_pool_indices gives each example its own number of cells to "
+    "write, which this path counts on the host; vmap over pool_out and flat_in only, or call once per example"
+)
 # pack_token_ids: one request's token ids are not a 1-D sequence of integers.
 PACK_NOT_TOKEN_IDS = (
     "kv-canary: pack_token_ids token_lists[{index}] must be a 1-D sequence of integers, got {what}"

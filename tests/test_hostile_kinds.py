@@ -365,6 +365,27 @@ def test_under_torch_func_vmap_the_torch_path_runs(backend, batched_flat_in):
         np.testing.assert_array_equal(got.numpy(), want)
 
 
+@pytest.mark.parametrize("check_values", [False, True])
+@pytest.mark.parametrize("batched", ["offsets", "req_pool_indices"])
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+def test_under_torch_func_vmap_batched_segments_get_the_spec_error(backend, batched, check_values):
+    flat, offsets, rows, pool = _tensors()
+    pools = torch.stack([pool, pool - 100])
+    before = pools.clone()
+    arguments = {"offsets": offsets, "req_pool_indices": rows}
+    stacked = torch.stack([arguments[batched], arguments[batched]])
+
+    def one(segments, pool):
+        given = dict(arguments, **{batched: segments})
+        launch_scatter_req_token_ids_kernel(flat_in=flat, pool_out=pool, backend=backend, check_values=check_values, **given)
+        return pool
+
+    with pytest.raises(errors.KvCanaryValueError) as info:
+        torch.func.vmap(one)(stacked, pools)
+    assert str(info.value) == errors.unavailable_error("backend", "torch", errors.TORCH_VMAP_BATCHED_SEGMENTS).args[0]
+    assert torch.equal(pools, before)
+
+
 @pytest.mark.parametrize("batched_flat_in", [False, True], ids=["pools", "pools-and-tokens"])
 @pytest.mark.parametrize("backend", ["triton", "pallas"])
 def test_under_torch_func_vmap_the_kernels_say_they_cannot_run(backend, batched_flat_in):
