@@ -276,9 +276,9 @@ class Message(NamedTuple):
 def format_message(template: str, fields: Mapping) -> str:
     """The one formatting rule of every message: ``template`` filled with ``fields``.
 
-    A ``Message`` field is formatted first; a tuple field (a shape, strides) is
-    written as ``arguments.format_shape`` writes it; any other field as
-    ``str.format`` writes it.
+    A ``Message`` field is formatted first; a tuple of integers (a shape,
+    strides) is written as ``arguments.format_shape`` writes it; any other
+    field (a tuple of axis names too) as ``str.format`` writes it.
     """
     return template.format(**{name: _field_text(value) for name, value in fields.items()})
 
@@ -286,7 +286,7 @@ def format_message(template: str, fields: Mapping) -> str:
 def _field_text(value):
     if isinstance(value, Message):  # a NamedTuple: asked before tuple
         return format_message(value.template, value.fields)
-    if isinstance(value, tuple):
+    if isinstance(value, tuple) and not any(isinstance(v, str) for v in value):  # isinstance: TorchDynamo traces it
         return format_shape(value)
     return value
 

@@ -399,6 +399,33 @@ def test_shapes_that_change_every_call_match_the_reference(width, bs_choices, le
     assert c_calls() - served >= len(steps) - 2 * dispatch.launch_plan.SLOTS  # all but each variant's first call
 
 
+def test_a_second_signature_takes_the_call_path_from_its_second_call():
+    """Once every variant a serving loop needs has launched, a new signature (another pool) misses only its first call.
+
+    Its family is filled from the kernels bound for the first pool's signature (``plan.slot_variants``), so N and bs
+    changing every step never send a valid call back to the checked path.
+    """
+    from kv_canary_torch.launch import dispatch
+
+    steps = serving_steps((1, 8, 64, 300), (1, 2050), 300, seed=7, n_rows=600)
+    first = torch.from_numpy(sentinel_pool(600, 2049, seed=3)).cuda()
+    launch(*on_gpu(steps[0]), first)
+    settle_call_path()
+    gpu_steps = [on_gpu(step) for step in steps]
+    for tensors in gpu_steps:
+        launch(*tensors, first)
+    second = torch.from_numpy(sentinel_pool(601, 2049, seed=4)).cuda()  # another shape: another signature
+    launch(*gpu_steps[0], second)
+    served = c_calls()
+    pool_np = scatter_reference(*steps[0], sentinel_pool(601, 2049, seed=4))
+    for step, tensors in zip(steps, gpu_steps):
+        launch(*tensors, second)
+        pool_np = scatter_reference(*step, pool_np)
+    np.testing.assert_array_equal(as_numpy(second), pool_np)
+    assert len({dispatch.plan_of(*tensors, second).slot for tensors in gpu_steps}) > 1
+    assert c_calls() - served == len(steps)
+
+
 def test_a_changing_n_across_the_int32_boundary():
     """Calls whose len(flat_in) steps over 2**31 and back: the ints switch to i64 (Triton's generic path) and back.
 
