@@ -9,8 +9,8 @@
 - ``conformance``: the harness that runs any backend over the cases.
 """
 
-from shared_spec.arguments import ARGUMENTS, ARGUMENT_NAMES, OP_NAME, Argument, format_shape
+from shared_spec.arguments import ARGUMENTS, ARGUMENT_NAMES, OP_NAME, START_COLS, Argument, format_shape
 from shared_spec.checks import CHECK_ORDER, ArrayView, Dialect, NotAnArray, cells_overlap, compile_fast_check, first_error, first_failure, require_bool, storage_error
 from shared_spec.errors import KvCanaryTypeError, KvCanaryValueError
-from shared_spec.reference import scatter_reference, segment_lengths
+from shared_spec.reference import scatter_reference, segment_lengths, windowed_columns
 from shared_spec.values import raise_first_value_error, value_checks

@@ -29,6 +29,9 @@ ARGUMENTS: tuple[Argument, ...] = (
 )
 
 ARGUMENT_NAMES: tuple[str, ...] = tuple(a.name for a in ARGUMENTS)
+# The optional argument of windowed writes (default None: every request writes from column 0). When given, the
+# checks walk it after the four above, in each check; its length is bs (checks.CHECK_ORDER's start_cols_length).
+START_COLS = Argument("start_cols", 1, "int64")
 # The argument that is written; the one whose device decides where the kernel runs.
 OUTPUT = "pool_out"
 

@@ -18,7 +18,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from shared_spec import errors
-from shared_spec.arguments import ARGUMENTS, ARGUMENT_NAMES, OUTPUT
+from shared_spec.arguments import ARGUMENTS, ARGUMENT_NAMES, OUTPUT, START_COLS
 
 CHECK_ORDER: tuple[str, ...] = (
     "array",  # every argument, in argument order, is an array of the frontend
@@ -26,6 +26,8 @@ CHECK_ORDER: tuple[str, ...] = (
     "rank",  # flat_in, offsets, req_pool_indices are 1-D; pool_out is 2-D
     "dtype",  # int64, int64, int64, int32
     "offsets_length",  # len(offsets) == len(req_pool_indices) + 1
+    "start_cols_length",  # len(start_cols) == len(req_pool_indices), when start_cols is given
+    "start_cols_length",  # len(start_cols) == len(req_pool_indices), when start_cols is given
     "requests",  # len(req_pool_indices) <= MAX_REQUESTS
     "device",  # each argument, in order, is on pool_out's device (where pool_out has none: the first argument's that has one)
     "writable",  # pool_out can be written in place (frontends that write in place)
@@ -97,34 +99,44 @@ def first_error(views: Mapping[str, ArrayView | NotAnArray]) -> Exception | None
 
 
 def first_failure(views: Mapping[str, ArrayView | NotAnArray]) -> tuple[str, Exception] | None:
-    """``(check, exception)``: the first failing check's name in ``CHECK_ORDER`` and what it raises; None when all pass."""
-    for arg in ARGUMENTS:
+    """``(check, exception)``: the first failing check's name in ``CHECK_ORDER`` and what it raises; None when all pass.
+
+    ``views`` holds the four arguments, and ``start_cols`` when the call passes one (a call without it, or with
+    ``start_cols=None``, leaves it out): each check walks it after the four.
+    """
+    arguments = ARGUMENTS + ((START_COLS,) if START_COLS.name in views else ())
+    names = tuple(arg.name for arg in arguments)
+    for arg in arguments:
         view = views[arg.name]
         if isinstance(view, NotAnArray):
             return "array", errors.type_error(errors.NOT_AN_ARRAY, arg=arg.name, type_name=view.type_name)
-    for arg in ARGUMENTS:
+    for arg in arguments:
         error = storage_error(arg.name, views[arg.name])
         if error is not None:
             return "storage", error
-    for arg in ARGUMENTS:
+    for arg in arguments:
         shape = views[arg.name].shape
         if len(shape) != arg.rank:
             return "rank", errors.value_error(errors.WRONG_RANK, arg=arg.name, rank=arg.rank, shape=tuple(shape))
-    for arg in ARGUMENTS:
+    for arg in arguments:
         got = views[arg.name].dtype
         if got != arg.dtype:
             return "dtype", errors.type_error(errors.WRONG_DTYPE, arg=arg.name, dtype=arg.dtype, got=got)
     length, bs = views["offsets"].shape[0], views["req_pool_indices"].shape[0]
     if length != bs + 1:
         return "offsets_length", errors.value_error(errors.OFFSETS_LENGTH, length=length, expected=bs + 1)
+    if START_COLS.name in views and views[START_COLS.name].shape[0] != bs:
+        return "start_cols_length", errors.value_error(
+            errors.START_COLS_LENGTH, length=views[START_COLS.name].shape[0], bs=bs
+        )
     if bs > MAX_REQUESTS:
         return "requests", errors.value_error(errors.TOO_MANY_REQUESTS, bs=bs, limit=MAX_REQUESTS)
     # pool_out's device decides; host data (a numpy pool in the JAX frontend) has none and goes where the
     # arrays are, so there the first argument with a device decides.
-    placed = [name for name in (OUTPUT, *ARGUMENT_NAMES) if views[name].device is not None]
+    placed = [name for name in (OUTPUT, *names) if views[name].device is not None]
     if placed:
         first, first_device = placed[0], views[placed[0]].device
-        for name in ARGUMENT_NAMES:
+        for name in names:
             device = views[name].device
             if device is not None and device != first_device:
                 if first == OUTPUT:
@@ -224,23 +236,29 @@ class Dialect:
 
 
 def compile_fast_check(dialect: Dialect) -> Callable[..., bool]:
-    """A predicate ``check(flat_in, offsets, req_pool_indices, pool_out) -> bool``.
+    """A predicate ``check(flat_in, offsets, req_pool_indices, pool_out, start_cols=None) -> bool``.
 
-    It is True exactly when ``first_error`` would find nothing, and evaluates the
-    same checks in the same order as one short-circuiting expression, so a
-    failing call costs no more than a passing one before it falls back to
-    ``first_error`` for the message.
+    It is True exactly when ``first_error`` would find nothing (``start_cols`` None: left out of the views), and
+    evaluates the same checks as one short-circuiting expression, so a failing call costs no more than a passing
+    one before it falls back to ``first_error`` for the message. The terms of ``start_cols`` come last, behind its
+    ``is None`` test: a call without it pays one identity test.
     """
     namespace = dict(dialect.namespace)
-    terms = [dialect.is_array.format(x=a.name) for a in ARGUMENTS]
-    terms += [dialect.storage.format(x=a.name) for a in ARGUMENTS]
+    window = START_COLS.name
+
+    def argument_terms(args):
+        terms = [dialect.is_array.format(x=a.name) for a in args]
+        terms += [dialect.storage.format(x=a.name) for a in args]
+        terms += [f"{dialect.rank.format(x=a.name)} == {a.rank}" for a in args]
+        for a in args:
+            constant = f"DTYPE_{a.dtype}"
+            namespace[constant] = dialect.dtype_object(a.dtype)
+            terms.append(dialect.dtype_is.format(x=a.name, dtype=constant))
+        return terms
+
+    terms = argument_terms(ARGUMENTS)
     if dialect.has_data is not None:
         terms.append(dialect.has_data.format(x=OUTPUT))
-    terms += [f"{dialect.rank.format(x=a.name)} == {a.rank}" for a in ARGUMENTS]
-    for a in ARGUMENTS:
-        constant = f"DTYPE_{a.dtype}"
-        namespace[constant] = dialect.dtype_object(a.dtype)
-        terms.append(dialect.dtype_is.format(x=a.name, dtype=constant))
     terms.append(
         f"{dialect.length.format(x='offsets')} == {dialect.length.format(x='req_pool_indices')} + 1"
     )
@@ -248,8 +266,13 @@ def compile_fast_check(dialect: Dialect) -> Callable[..., bool]:
     terms += [dialect.same_device.format(x=name, y=OUTPUT) for name in ARGUMENT_NAMES if name != OUTPUT]
     if dialect.writable is not None:
         terms.append(dialect.writable.format(x=OUTPUT))
+    windowed = argument_terms((START_COLS,)) + [
+        f"{dialect.length.format(x=window)} == {dialect.length.format(x='req_pool_indices')}",
+        dialect.same_device.format(x=window, y=OUTPUT),
+    ]
+    terms.append(f"({window} is None or (" + " and ".join(windowed) + "))")
     source = (
-        f"def fast_check({', '.join(ARGUMENT_NAMES)}):\n"
+        f"def fast_check({', '.join(ARGUMENT_NAMES)}, {window}=None):\n"
         "    return (\n        " + "\n        and ".join(terms) + "\n    )\n"
     )
     exec(compile(source, "<kv-canary fast_check>", "exec"), namespace)

@@ -4,11 +4,15 @@
     for r in 0 .. bs-1:
         start, end = offsets[r], offsets[r+1]
         row = req_pool_indices[r]
+        s = start_cols[r] if start_cols is given else 0      -- the request's first pool column
         if row < 0 or row >= R: skip request r
-        n = min(max(end - start, 0), C)
-        for j in 0 .. n-1:
-            t = start + j
-            if 0 <= t < N: pool_out[row, j] = low 32 bits of flat_in[t] (two's complement)
+        for j in 0 .. end-start-1:
+            c, t = s + j, start + j
+            if 0 <= c < C and 0 <= t < N: pool_out[row, c] = low 32 bits of flat_in[t] (two's complement)
+
+(all in exact integers). Without ``start_cols`` this is the unwindowed op: ``c
+= j`` and ``j < min(max(end - start, 0), C)``. ``start_cols`` is the windowed
+write of a serving step: each request's new tokens at its current length.
 
 Every other cell keeps its value. Where two requests name one row, a cell both
 write holds one of the written values (which one is unspecified; this reference
@@ -60,6 +64,32 @@ def written_columns(starts, ends, width: int, n_tokens: int, xp=np):
     return base, lo, hi
 
 
+INT64_MAX = 2**63 - 1
+
+
+def windowed_columns(starts, ends, start_cols, width: int, n_tokens: int, xp=np):
+    """``(base, lo, hi, shift)``: a request writes exactly pool columns ``shift + j`` for ``lo <= j < hi``, reading
+    ``flat_in[base + j]``; ``start_cols`` None is ``written_columns`` with ``shift = 0``.
+
+    The window is the unwindowed one of an equivalent request (the module docstring's math): a first column ``s
+    >= 0`` leaves ``C - s`` columns from ``shift = min(s, C)``; a first column ``s < 0`` drops the segment's first
+    ``-s`` tokens, writing from column 0, so the request starts at ``start - s``. Then ``written_columns(start', end,
+    C - shift, N)`` gives ``base, lo, hi`` over ``j``, with ``shift + hi <= C``. Exact in wrapping int64 for every
+    value: ``start - s`` passes ``2**63 - 1`` exactly where ``s < 0`` and ``start > 2**63 - 1 + s`` (that sum
+    cannot wrap), and there the true start lies past every ``N``, so the request writes nothing (``hi = lo = 0``);
+    elsewhere the wrapped difference is the true one. ``shift`` and ``C - shift`` lie in ``[0, C]``.
+    """
+    if start_cols is None:
+        base, lo, hi = written_columns(starts, ends, width, n_tokens, xp)
+        return base, lo, hi, xp.zeros_like(lo)
+    behind = start_cols < 0
+    shift = xp.clip(start_cols, 0, width)
+    past = behind & (starts > INT64_MAX + xp.where(behind, start_cols, 0))  # start - s > 2**63 - 1
+    moved = xp.where(behind & ~past, starts - xp.where(behind, start_cols, 0), starts)
+    base, lo, hi = written_columns(moved, ends, width - shift, n_tokens, xp)
+    return base, xp.where(past, 0, lo), xp.where(past, 0, hi), shift
+
+
 def longest_window(width: int, n_tokens: int) -> int:
     """The most columns one request can write: ``hi - lo <= min(width, n_tokens)``.
 
@@ -70,17 +100,31 @@ def longest_window(width: int, n_tokens: int) -> int:
     return min(width, n_tokens)
 
 
-def scatter_reference(flat_in, offsets, req_pool_indices, pool_out) -> np.ndarray:
-    """A new pool: ``pool_out`` with the requests' token ids written (inputs untouched)."""
+def scatter_reference(flat_in, offsets, req_pool_indices, pool_out, start_cols=None) -> np.ndarray:
+    """A new pool: ``pool_out`` with the requests' token ids written (inputs untouched).
+
+    Without ``start_cols``, the literal enumeration of the module docstring's
+    loop (``segment_lengths`` cells from column 0, each token index tested);
+    with it, the cells of ``windowed_columns``.
+    """
     flat_in = np.asarray(flat_in, dtype=np.int64)
     offsets = np.asarray(offsets, dtype=np.int64)
     rows = np.asarray(req_pool_indices, dtype=np.int64)
     out = np.array(pool_out, dtype=np.int32, copy=True)
     n_rows, width = out.shape
     starts, ends = offsets[:-1], offsets[1:]
+    row_ok = (rows >= 0) & (rows < n_rows)
+    if start_cols is not None:
+        with np.errstate(over="ignore"):
+            base, lo, hi, shift = windowed_columns(starts, ends, np.asarray(start_cols, dtype=np.int64), width, flat_in.shape[0])
+        counts = np.where(row_ok, np.maximum(hi - lo, 0), 0)
+        request = np.repeat(np.arange(rows.shape[0]), counts)
+        j = lo[request] + np.arange(request.shape[0]) - np.repeat(np.cumsum(counts) - counts, counts)
+        out[rows[request], shift[request] + j] = flat_in[base[request] + j].astype(np.int32)
+        return out
     with np.errstate(over="ignore"):
         lengths = segment_lengths(starts, ends, width)
-    lengths = np.where((rows >= 0) & (rows < n_rows), lengths, 0)
+    lengths = np.where(row_ok, lengths, 0)
     request = np.repeat(np.arange(rows.shape[0]), lengths)
     column = np.arange(request.shape[0]) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     with np.errstate(over="ignore"):

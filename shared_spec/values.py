@@ -9,6 +9,12 @@ first violation with the same message. In order:
 3. ``offsets[bs] <= len(flat_in)``
 4. every row in ``[0, R)`` (the first row outside)
 5. rows distinct (the first ``j`` whose row appeared at an earlier ``i``)
+6. with ``start_cols``: every first column ``>= 0`` (the first below)
+
+A window that starts at or runs past the pool's width is not malformed: the
+op truncates at the width, windowed or not (a request whose row is full
+writes nothing). A negative first column is: an append never starts before
+column 0, and one that did would drop its first tokens silently.
 """
 
 from __future__ import annotations
@@ -28,12 +34,12 @@ class ValueCheck(NamedTuple):
     fields: dict
 
 
-def value_checks(xp, offsets, rows, n_tokens: int, n_rows: int) -> list[ValueCheck]:
+def value_checks(xp, offsets, rows, n_tokens: int, n_rows: int, start_cols=None) -> list[ValueCheck]:
     """Every rule of the checked mode, in order, evaluated with ``xp``.
 
-    ``offsets`` has length ``bs + 1`` and ``rows`` length ``bs`` (the argument
-    checks have passed). Fields are scalars of ``xp``; the first check whose
-    ``ok`` is False is the error to raise.
+    ``offsets`` has length ``bs + 1``, ``rows`` and ``start_cols`` (None: no
+    windowed write) length ``bs`` (the argument checks have passed). Fields are
+    scalars of ``xp``; the first check whose ``ok`` is False is the error to raise.
     """
     bs = rows.shape[0]
     checks = [ValueCheck(offsets[0] >= 0, errors.OFFSETS_START, {"value": offsets[0]})]
@@ -68,11 +74,16 @@ def value_checks(xp, offsets, rows, n_tokens: int, n_rows: int) -> list[ValueChe
                 {"j": order[k], "row": ordered[k], "i": order[first[k]]},
             )
         )
+        if start_cols is not None:
+            behind = start_cols < 0
+            i = xp.argmax(behind)
+            checks.append(ValueCheck(~xp.any(behind), errors.START_COLS_NEGATIVE, {"i": i, "value": start_cols[i]}))
     return checks
 
 
-def raise_first_value_error(offsets: np.ndarray, rows: np.ndarray, n_tokens: int, n_rows: int) -> None:
+def raise_first_value_error(offsets: np.ndarray, rows: np.ndarray, n_tokens: int, n_rows: int, start_cols=None) -> None:
     """Raise the checked mode's first violation on host (numpy) values."""
-    for check in value_checks(np, np.asarray(offsets), np.asarray(rows), n_tokens, n_rows):
+    start_cols = None if start_cols is None else np.asarray(start_cols)
+    for check in value_checks(np, np.asarray(offsets), np.asarray(rows), n_tokens, n_rows, start_cols):
         if not bool(check.ok):
             raise errors.value_error(check.template, **{k: int(v) for k, v in check.fields.items()})
