@@ -30,7 +30,10 @@ of their values, and the comparison allows exactly that. Launches cycle over a
 few pool geometries (one column; many rows; more columns than 32 Triton
 tiles; one token) and, for the torch kernels, pool layouts (contiguous, a column
 slice, every other row, every other column, transposed), each a view into a
-larger buffer whose cells outside the view are checked unchanged.
+larger buffer whose cells outside the view are checked unchanged. Half the
+launches are windowed (``start_cols``): each request's first column is 0, an
+append inside the row, the width, past it, negative, or at the int64 extremes,
+or minus its start (columns that track the token indices).
 
 Then, for the torch kernels, the arguments whose memory is not what they
 read (``storage_cases``): each primes a valid signature twice (the second call
@@ -66,7 +69,7 @@ if not GPU:  # read by Triton when the kernel is defined, i.e. before the first 
 
 import numpy as np  # noqa: E402
 
-from shared_spec.reference import scatter_reference, written_columns  # noqa: E402
+from shared_spec.reference import scatter_reference, windowed_columns  # noqa: E402
 
 INT64_MIN, INT64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 GPU_KERNELS = ("torch/triton", "jax/pallas", "jax/mosaic")
@@ -135,8 +138,31 @@ def _row(rng, kind: str, n_rows: int, earlier: list[int]) -> int:
     }.get(kind, int(rng.integers(0, n_rows)))
 
 
+START_KINDS = ("zero", "append", "append", "append", "at_width", "past_width", "negative", "int64_min", "int64_max",
+               "near_min", "near_max", "minus_start")
+
+
+def _start_col(rng, kind: str, width: int, start: int) -> int:
+    """A request's first pool column, of the given kind (windowed launches)."""
+    return {
+        "zero": 0,
+        "at_width": width,
+        "past_width": width + int(rng.integers(1, 2**40)),
+        "negative": -int(rng.integers(1, width + 3)),
+        "int64_min": INT64_MIN,
+        "int64_max": INT64_MAX,
+        "near_min": INT64_MIN + int(rng.integers(0, width + 3)),
+        "near_max": INT64_MAX - int(rng.integers(0, width + 3)),
+        "minus_start": int(np.int64(-start)) if start != INT64_MIN else INT64_MIN,  # columns that track the tokens
+    }.get(kind, int(rng.integers(0, width + 1)))
+
+
 def build_launch(index: int, cases: int, seed: int):
-    """One launch: ``(flat_in, offsets, rows, pool, layout)`` (numpy) holding ``cases`` cases."""
+    """One launch: ``(flat_in, offsets, rows, pool, layout, start_cols)`` (numpy) holding ``cases`` cases.
+
+    Launches 4 to 7 of every 8 are windowed: each request's first column drawn from ``START_KINDS`` (``start_cols``
+    None in the others).
+    """
     rng = np.random.default_rng([seed, index])
     n_rows, width, n_tokens = GEOMETRIES[index % len(GEOMETRIES)]
     bridges = (-1, n_rows, INT64_MIN, INT64_MAX)
@@ -156,7 +182,13 @@ def build_launch(index: int, cases: int, seed: int):
     flat_in = rng.integers(INT64_MIN, INT64_MAX, size=n_tokens, dtype=np.int64, endpoint=True)
     pool = rng.integers(-(2**31), 2**31, size=(n_rows, width), dtype=np.int64).astype(np.int32)
     layout = LAYOUTS[index % len(LAYOUTS)]  # 5 layouts, 4 geometries: every pair within 20 launches
-    return flat_in, np.array(offsets, dtype=np.int64), np.array(rows, dtype=np.int64), pool, layout
+    start_cols = None
+    if index % (2 * len(GEOMETRIES)) >= len(GEOMETRIES):  # launches 4-7, 12-15, ...: every geometry and layout pair in 40
+        start_cols = np.array(
+            [_start_col(rng, START_KINDS[int(rng.integers(0, len(START_KINDS)))], width, int(s)) for s in offsets[:-1]],
+            dtype=np.int64,
+        )
+    return flat_in, np.array(offsets, dtype=np.int64), np.array(rows, dtype=np.int64), pool, layout, start_cols
 
 
 def corpus(total: int, per_launch: int, seed: int):
@@ -172,19 +204,20 @@ def corpus(total: int, per_launch: int, seed: int):
 # -- the comparison -------------------------------------------------------------------
 
 
-def mismatches(flat_in, offsets, rows, pool, got) -> int:
+def mismatches(flat_in, offsets, rows, pool, got, start_cols=None) -> int:
     """Cells of ``got`` the spec does not allow: not the reference's, nor (where several requests write) one of theirs."""
-    expected = scatter_reference(flat_in, offsets, rows, pool)
+    expected = scatter_reference(flat_in, offsets, rows, pool, start_cols)
     wrong = np.argwhere(got != expected)
     if not len(wrong):
         return 0
     n_rows, width = pool.shape
     with np.errstate(over="ignore"):
-        base, lo, hi = written_columns(offsets[:-1], offsets[1:], width, flat_in.shape[0])
+        base, lo, hi, shift = windowed_columns(offsets[:-1], offsets[1:], start_cols, width, flat_in.shape[0])
     bad = 0
     for row, column in wrong:
-        writers = np.flatnonzero((rows == row) & (lo <= column) & (column < hi))
-        allowed = {int(np.int64(flat_in[base[r] + column]).astype(np.int32)) for r in writers}
+        j = column - shift  # the window's index of this column, per request
+        writers = np.flatnonzero((rows == row) & (lo <= j) & (j < hi))
+        allowed = {int(np.int64(flat_in[base[r] + j[r]]).astype(np.int32)) for r in writers}
         bad += int(got[row, column]) not in allowed
     return bad
 
@@ -223,14 +256,17 @@ def run_torch(backend: str, launch) -> tuple[np.ndarray, int]:
 
     from kv_canary_torch import launch_scatter_req_token_ids_kernel
 
-    flat_in, offsets, rows, pool, layout = launch
+    flat_in, offsets, rows, pool, layout, start_cols = launch
     device = "cuda" if GPU else "cpu"
     buffer, view = _torch_pool(pool, layout, device)
     mask = torch.ones_like(buffer, dtype=torch.bool)
     view_mask = mask.as_strided(view.shape, view.stride(), view.storage_offset())
     view_mask.fill_(False)
     args = [torch.from_numpy(a).to(device) for a in (flat_in, offsets, rows)]
-    launch_scatter_req_token_ids_kernel(flat_in=args[0], offsets=args[1], req_pool_indices=args[2], pool_out=view, backend=backend)
+    window = {} if start_cols is None else {"start_cols": torch.from_numpy(start_cols).to(device)}
+    launch_scatter_req_token_ids_kernel(
+        flat_in=args[0], offsets=args[1], req_pool_indices=args[2], pool_out=view, backend=backend, **window
+    )
     guards = int((buffer[mask] != GUARD).sum())
     return view.cpu().numpy(), guards
 
@@ -240,10 +276,11 @@ def run_jax(implementation: str, launch) -> tuple[np.ndarray, int]:
 
     from kv_canary_jax import scatter_req_token_ids
 
-    flat_in, offsets, rows, pool, _ = launch
+    flat_in, offsets, rows, pool, _, start_cols = launch
     device = jax.devices("gpu")[0] if GPU else jax.devices("cpu")[0]
     args = [jax.device_put(a, device) for a in (flat_in, offsets, rows, pool)]
-    out = scatter_req_token_ids(*args, implementation=implementation, interpret=not GPU)
+    window = {} if start_cols is None else {"start_cols": jax.device_put(start_cols, device)}
+    out = scatter_req_token_ids(*args, implementation=implementation, interpret=not GPU, **window)
     return np.asarray(out), 0
 
 
@@ -377,7 +414,7 @@ def main(argv=None) -> int:
             n_cases = (launch[2].shape[0]) // 2
             try:
                 got, guards = run(launch)
-                wrong = mismatches(*launch[:4], got) + guards
+                wrong = mismatches(*launch[:4], got, launch[5]) + guards
             except Exception as error:  # a kernel that raises on any value fails the corpus
                 print(f"{kernel}: raised {type(error).__name__}: {error}", file=sys.stderr)
                 wrong = n_cases

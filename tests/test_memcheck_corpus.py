@@ -39,6 +39,12 @@ def test_the_corpus_is_deterministic_and_counts_its_cases():
     assert offsets.min() == mc.INT64_MIN and offsets.max() == mc.INT64_MAX
     assert rows.min() == mc.INT64_MIN and rows.max() == mc.INT64_MAX
     assert {launch[4] for launch in mc.corpus(20 * 8, 8, seed=0)} == set(mc.LAYOUTS)
+    windowed = [launch for launch in mc.corpus(40 * 8, 8, seed=0) if launch[5] is not None]
+    assert {(launch[3].shape, launch[4]) for launch in windowed} == {
+        (launch[3].shape, launch[4]) for launch in mc.corpus(40 * 8, 8, seed=0)
+    }  # every geometry and layout windowed too
+    starts = np.concatenate([launch[5] for launch in windowed])
+    assert starts.min() == mc.INT64_MIN and starts.max() == mc.INT64_MAX and (starts == 0).any()
 
 
 def test_the_comparison_allows_any_writer_of_a_shared_cell_and_nothing_else():
@@ -52,6 +58,14 @@ def test_the_comparison_allows_any_writer_of_a_shared_cell_and_nothing_else():
     got[1, 2] = 7  # a cell nobody writes
     got[0, 0] = 11  # a writer's value in the wrong row
     assert mc.mismatches(flat_in, offsets, rows, pool, got) == 2
+    start_cols = np.array([0, 1], dtype=np.int64)  # windowed: the second request writes columns 1 and 2
+    got = pool.copy()
+    got[1, :3] = [10, 20, 21]
+    assert mc.mismatches(flat_in, offsets, rows, pool, got, start_cols) == 0
+    got[1, 1] = 11  # one of its writers' values: the first request's column 1
+    assert mc.mismatches(flat_in, offsets, rows, pool, got, start_cols) == 0
+    got[1, 2] = 11  # no writer of column 2 holds 11
+    assert mc.mismatches(flat_in, offsets, rows, pool, got, start_cols) == 1
 
 
 def test_the_script_runs_on_the_cpu():
