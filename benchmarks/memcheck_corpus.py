@@ -84,6 +84,9 @@ CPU_KERNELS = ("torch/triton", "torch/torch", "jax/xla", "jax/pallas", "jax/mosa
 GEOMETRIES = ((8, 1, 5), (24, 200, 800), (6, 33000, 2**22), (4, 7, 1))
 LAYOUTS = ("contiguous", "column-slice", "every-other-row", "every-other-column", "transposed")
 GUARD = -0x5A5A5A5A  # what the buffer around a pool view holds; a kernel never writes it
+# Cases per kernel by default: 40 launches of 64, every geometry and layout pair windowed and not, which reach every
+# Triton kernel variant both ways (a test pins it).
+DEFAULT_CASES = 2560
 
 
 # -- the corpus -----------------------------------------------------------------------
@@ -389,7 +392,7 @@ def unavailable(kernel: str) -> str | None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", type=int, default=1024, help="malformed-value cases per kernel (default 1024)")
+    parser.add_argument("--cases", type=int, default=DEFAULT_CASES, help=f"malformed-value cases per kernel (default {DEFAULT_CASES})")
     parser.add_argument("--per-launch", type=int, default=64, help="cases per kernel launch (default 64)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=1,

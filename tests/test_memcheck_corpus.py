@@ -80,15 +80,18 @@ def test_the_script_runs_on_the_cpu():
 
 
 def test_a_default_run_launches_every_triton_kernel():
-    # The memory checker is only as good as the kernels the corpus reaches: with the script's defaults (1024 cases,
+    # The memory checker is only as good as the kernels the corpus reaches: with the script's defaults (2560 cases,
     # 64 per launch) the wide geometry takes the tiled kernel on a contiguous pool and the lanes kernel's tile loop
-    # on a transposed one, the other geometries the lanes kernel with ONE in both shapes.
+    # on a transposed one, the other geometries the lanes kernel with ONE in both shapes; windowed and not.
     from kv_canary_torch.launch import plan as launch_plan
 
-    slots = set()
-    for flat_in, offsets, rows, pool, layout in mc.corpus(1024, 64, seed=0):
+    reached = set()
+    for flat_in, offsets, rows, pool, layout, start_cols in mc.corpus(mc.DEFAULT_CASES, 64, seed=0):
         n_rows, width = pool.shape
         strides = {"contiguous": (width, 1), "transposed": (1, n_rows)}.get(layout)
         if strides:
-            slots.add(launch_plan.plan(rows.shape[0], flat_in.shape[0], n_rows, width, *strides, 1, 1, 1, None).slot)
-    assert slots >= {0, 2, launch_plan.LOOP_SLOT, launch_plan.TILED_SLOT}, slots
+            slot = launch_plan.plan(rows.shape[0], flat_in.shape[0], n_rows, width, *strides, 1, 1, 1, None).slot
+            reached.add((slot, start_cols is not None))
+    for windowed in (False, True):
+        slots = {slot for slot, w in reached if w == windowed}
+        assert slots >= {0, 2, launch_plan.LOOP_SLOT, launch_plan.TILED_SLOT}, (windowed, slots)
