@@ -33,7 +33,9 @@ Two formulations, chosen per platform when lowering (``lax.platform_dependent``)
   is the device; on a TPU XLA runs a while loop in the TPU program itself (its
   scalar core reads the predicate from device memory), so no value crosses to
   the host either way (``tests/test_jax_xla.py`` reads the TPU lowering: no
-  conditional, no host transfer).
+  conditional, no host transfer). Under ``jax.vmap`` one loop serves the batch,
+  while any example has cells left (``checkify`` refuses a loop on a batched
+  predicate, which JAX's own batching of the loop would give).
 - per request (CUDA and ROCm GPUs): a grid of ``bs x min(C, N)`` cells, cell
   ``(r, w)`` writing column ``lo[r] + w`` when ``w < length[r]``: exact for any
   offsets with no value-dependent control at all, in steps of ``CELLS_PER_STEP``
@@ -99,14 +101,37 @@ def _enumeration(flat_in, cells, pool):
     pool = _enumerate(flat_in, cells, pool, jnp.int64(0), n_tokens)
     if bs * longest_window(pool.shape[1], n_tokens) <= n_tokens:
         return pool  # T <= N for any values of these shapes: no cell lies past the first N
-    total = cells[3].sum()
+    return _past_n(flat_in, cells, pool)
 
+
+def _chunks_while(remaining, write, n_tokens: int, pool):
+    """``write(k0, pool)`` for ``k0 = N, 2N, ...`` while ``remaining(k0)``."""
     def body(state):
         k0, pool = state
-        return k0 + n_tokens, _enumerate(flat_in, cells, pool, k0, n_tokens)
+        return k0 + n_tokens, write(k0, pool)
 
-    _, pool = lax.while_loop(lambda state: state[0] < total, body, (jnp.int64(n_tokens), pool))
-    return pool
+    return lax.while_loop(lambda state: remaining(state[0]), body, (jnp.int64(n_tokens), pool))[1]
+
+
+@jax.custom_batching.custom_vmap
+def _past_n(flat_in, cells, pool):
+    """The cells of enumeration indices ``N <= k < T``, ``N`` at a time."""
+    (n_tokens,), total = flat_in.shape, cells[3].sum()
+    write = lambda k0, pool: _enumerate(flat_in, cells, pool, k0, n_tokens)  # noqa: E731
+    return _chunks_while(lambda k0: k0 < total, write, n_tokens, pool)
+
+
+@_past_n.def_vmap
+def _past_n_batched(axis_size, in_batched, flat_in, cells, pool):
+    # JAX batches a while loop on a batched predicate into one that checkify refuses
+    # (checkify-of-vmap-of-while): one loop for the whole batch instead, on an unbatched
+    # predicate, while any example has cells left (an example with none left writes nothing).
+    flat_in, cells, pool = jax.tree.map(
+        lambda a, b: a if b else jnp.broadcast_to(a, (axis_size, *a.shape)), (flat_in, cells, pool), tuple(in_batched))
+    n_tokens, totals = flat_in.shape[1], cells[3].sum(axis=1)
+    each = jax.vmap(lambda f, c, p, k0: _enumerate(f, c, p, k0, n_tokens), in_axes=(0, 0, 0, None))
+    write = lambda k0, pool: each(flat_in, cells, pool, k0)  # noqa: E731
+    return _chunks_while(lambda k0: jnp.any(k0 < totals), write, n_tokens, pool), True
 
 
 def _enumerate(flat_in, cells, pool, k0, size: int):

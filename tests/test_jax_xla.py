@@ -117,6 +117,47 @@ def test_overlapping_windows_many_times_the_tokens(name):
     assert_same_pool(np.asarray(FORMULATIONS[name](flat_in, offsets, rows, pool)), scatter_reference(flat_in, offsets, rows, pool))
 
 
+def overlapping_examples(n_examples: int, n_tokens: int = 7, bs: int = 5, shape=(6, 9)):
+    """Batches whose windows overlap (``T`` from 0 to ``bs * N``, a different count per example), rows distinct."""
+    rng = np.random.default_rng(8)
+    flat = rng.integers(INT64_MIN, INT64_MAX, size=(n_examples, n_tokens), dtype=np.int64)
+    offsets = rng.integers(-3, n_tokens + 3, size=(n_examples, bs + 1)).astype(np.int64)
+    offsets[0, ::2], offsets[0, 1::2] = 0, n_tokens  # every request all of flat_in
+    rows = np.stack([rng.permutation(np.arange(-1, shape[0] + 1))[:bs] for _ in range(n_examples)]).astype(np.int64)
+    pools = np.stack([sentinel_pool(*shape, seed) for seed in range(n_examples)])
+    return flat, offsets, rows, pools
+
+
+@pytest.mark.parametrize("name", FORMULATIONS)
+def test_vmap_over_batches_whose_windows_overlap(name):
+    """Under vmap the enumeration's loop past N runs while any example has cells left; each example gets its own pool."""
+    flat, offsets, rows, pools = overlapping_examples(4)
+    f = jax.jit(jax.vmap(FORMULATIONS[name]))
+    out = np.asarray(f(flat, offsets, rows, pools))
+    for i in range(4):
+        assert_same_pool(out[i], scatter_reference(flat[i], offsets[i], rows[i], pools[i]))
+    # Over pools alone (the batch shared), and nested.
+    out = np.asarray(jax.jit(jax.vmap(FORMULATIONS[name], in_axes=(None, None, None, 0)))(flat[0], offsets[0], rows[0], pools))
+    for i in range(4):
+        assert_same_pool(out[i], scatter_reference(flat[0], offsets[0], rows[0], pools[i]))
+    nested = jax.jit(jax.vmap(jax.vmap(FORMULATIONS[name])))
+    out = np.asarray(nested(*(a.reshape(2, 2, *a.shape[1:]) for a in (flat, offsets, rows, pools))))
+    for i in range(4):
+        assert_same_pool(out.reshape(4, *pools.shape[1:])[i], scatter_reference(flat[i], offsets[i], rows[i], pools[i]))
+
+
+def test_checkify_of_vmap_over_batches_whose_windows_overlap():
+    """checkify refuses a while loop on a batched predicate; the loop past N is batched on an unbatched one."""
+    from jax.experimental import checkify
+
+    flat, offsets, rows, pools = overlapping_examples(3)
+    f = jax.jit(jax.vmap(lambda *a: scatter_req_token_ids(*a, implementation="xla")))
+    err, out = checkify.checkify(f, errors=checkify.user_checks)(flat, offsets, rows, pools)
+    assert err.get() is None
+    for i in range(3):
+        assert_same_pool(np.asarray(out[i]), scatter_reference(flat[i], offsets[i], rows[i], pools[i]))
+
+
 def test_per_request_steps_over_requests(monkeypatch):
     """The per-request grid, forced into many small steps, still matches the reference."""
     rng = np.random.default_rng(15)
