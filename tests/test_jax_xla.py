@@ -86,7 +86,11 @@ def malformed_batches(draw):
     n_rows, width = draw(st.integers(1, 6)), draw(st.integers(1, 30))
     bs, n_tokens = draw(st.integers(1, 7)), draw(st.integers(1, 36))
     flat_in = np.asarray(draw(st.lists(token_ids, min_size=n_tokens, max_size=n_tokens)), dtype=np.int64)
-    offsets = np.asarray(draw(st.lists(offset_values, min_size=bs + 1, max_size=bs + 1)), dtype=np.int64)
+    if draw(st.booleans()):  # anything, in any order
+        offsets = np.asarray(draw(st.lists(offset_values, min_size=bs + 1, max_size=bs + 1)), dtype=np.int64)
+    else:  # nearly in order: segments of any length, some negative, some past the width
+        lengths = draw(st.lists(st.integers(-width - 2, width + 4), min_size=bs, max_size=bs))
+        offsets = draw(st.integers(-6, 6)) + np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     rows = np.asarray(draw(st.lists(row_values, min_size=bs, max_size=bs)), dtype=np.int64)
     return flat_in, offsets, rows, sentinel_pool(n_rows, width, draw(st.integers(0, 2**16)))
 
@@ -156,6 +160,16 @@ def test_checkify_of_vmap_over_batches_whose_windows_overlap():
     assert err.get() is None
     for i in range(3):
         assert_same_pool(np.asarray(out[i]), scatter_reference(flat[i], offsets[i], rows[i], pools[i]))
+
+
+def test_windows_in_order_with_gaps_between_them():
+    """Windows disjoint and in order, but a window ends before the next begins, inside the pool's width."""
+    flat_in = np.arange(7, dtype=np.int64) + 100
+    offsets = np.array([9, 2, 6, 5, 2, 2], dtype=np.int64)  # one window, tokens 2..5; the others empty
+    rows = np.array([0, 5, 2, 6, -1], dtype=np.int64)
+    pool = sentinel_pool(6, 9, 4)
+    for f in FORMULATIONS.values():
+        assert_same_pool(np.asarray(f(flat_in, offsets, rows, pool)), scatter_reference(flat_in, offsets, rows, pool))
 
 
 def test_per_request_steps_over_requests(monkeypatch):
