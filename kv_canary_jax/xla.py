@@ -51,7 +51,7 @@ Two formulations, chosen per platform when lowering (``lax.platform_dependent``)
   its request's window costs an index compare, never a load or a store, and it
   needs no cumulative sum over the tokens. For batches whose requests fill their rows that is about ``N``
   cells; for short requests in wide rows up to ``bs`` times more (``bs = 4096``
-  requests of one token each: 16.7M cells, four steps). A GPU while loop would
+  requests of one token each: 16.7M cells, two steps). A GPU while loop would
   read its predicate back every call, which is why the GPU pays the static bound.
 
 Skipped cells are never written: their scatter index is the row ``R`` (past the
@@ -71,10 +71,11 @@ from jax import lax
 
 from shared_spec.reference import longest_window, written_columns
 
-# Cells (request x column) the per-request formulation materializes at once:
-# 4M cells is ~80 MB of int64/int32/bool temporaries, small next to any pool
-# worth a fallback loop, large enough that typical batches take one step.
-CELLS_PER_STEP = 1 << 22
+# Cells (request x column) the per-request formulation (GPUs) takes in one step:
+# 16M cells is at most ~340 MB of int64/int32/bool temporaries where XLA does
+# not fuse them into the scatter, small next to a GPU's memory, and enough for
+# the step bench's batches (up to 256 x 32769) to take one step.
+CELLS_PER_STEP = 1 << 24
 
 
 def scatter(flat_in, offsets, req_pool_indices, pool_out) -> jax.Array:
