@@ -149,9 +149,11 @@ def _by_token(flat_in, cells, pool):
     rows = jnp.concatenate([nowhere[:1], jnp.stack([jnp.where(into, cells.rows, n_rows), nowhere], axis=1).reshape(-1)])
     shifts = jnp.where(ordered, cells.los - own, 0)
     shifts = jnp.concatenate([jnp.zeros((1,), shifts.dtype), jnp.stack([shifts, jnp.zeros_like(shifts)], axis=1).reshape(-1)])
-    span = jnp.repeat(jnp.arange(2 * bs + 1), spans, total_repeat_length=n_tokens)
-    columns = jnp.arange(n_tokens, dtype=jnp.int64) + shifts[span]  # in [lo, hi) in a window, else t
-    return pool.at[rows[span], columns].set(flat_in.astype(jnp.int32), mode="drop"), ordered
+    # Indices in int32 where they fit (rows <= R, columns in [0, N + C)): half the bytes of int64 per token.
+    index = jnp.int32 if max(n_tokens + pool.shape[1], n_rows) < 2**31 else jnp.int64
+    span = jnp.repeat(jnp.arange(2 * bs + 1, dtype=index), spans, total_repeat_length=n_tokens)
+    columns = jnp.arange(n_tokens, dtype=index) + shifts.astype(index)[span]  # in [lo, hi) in a window, else t
+    return pool.at[rows.astype(index)[span], columns].set(flat_in.astype(jnp.int32), mode="drop"), ordered
 
 
 def _chunks_while(remaining, write, n_tokens: int, pool):
