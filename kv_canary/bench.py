@@ -708,7 +708,8 @@ in a chain of 16 (profiler kernel timestamps: the device clock), 'mosaic / palla
 wall-clock chained figures, which also hold the host work XLA does per kernel ('pallas host us/app' and
 'mosaic host us/app': chained minus device, that host work per application); 'width' is the pool's columns
 (`seq + 1` as in sglang's benchmark, or `seq` for the two pools whose rows are a multiple of 128 wide).
-The JAX columns are measured first, in a child process that imports no torch.
+The JAX columns are measured first, in a child process that imports no torch. 'XLA us' and 'XLA wall us' time this
+project's `xla` implementation; the scatter a JAX user writes by hand is the `plain` column of `kv-canary bench --step`.
 
 """
 

@@ -22,8 +22,11 @@ its command buffer) is part of what is timed.
 
 Method: per case, one step without the scatter and one with it per
 implementation (``--impl``, default every one of ``mosaic``, ``pallas``,
-``xla`` that runs here, and ``default``: ``implementation=None``, reported with
-the name it resolves to). Each is compiled and run ``--warmup`` times, its
+``xla`` that runs here, ``plain`` and ``default``: ``implementation=None``,
+reported with the name it resolves to). ``plain`` is not the library: it is
+``plain_xla_scatter``, the scatter a JAX user writes by hand for well-formed
+batches, the baseline the library's ``xla`` must not lose to; each row reports
+its marginal cost over ``plain``'s (``vs_plain``, a ratio of medians). Each is compiled and run ``--warmup`` times, its
 pool checked against the reference, then timed in ``--rounds`` interleaved
 rounds: every round times every step of the case ``--steps`` times back to
 back (the order rotated by one each round, so that no step always runs first)
@@ -37,7 +40,9 @@ Flags: ``--case BSxSEQ[r][a]`` (repeatable; ``kv_canary.bench.parse_case``:
 ``r`` ragged lengths, ``a`` rows ``seq`` wide), ``--impl NAME`` (repeatable:
 ``mosaic``, ``pallas``, ``xla``, ``default``), ``--rounds N``, ``--steps N``,
 ``--warmup N``, ``--size N`` (matmul side), ``--matmuls N``,
-``--fresh-inputs``, ``--json``.
+``--fresh-inputs``, ``--json``, ``--short`` (the CPU variant: ``SHORT_CASES``,
+``SHORT_SIZE``-wide matmuls, ``SHORT_ROUNDS`` rounds of ``SHORT_STEPS`` steps,
+each overridable by its own flag; a few minutes on two CPU cores).
 """
 
 from __future__ import annotations
@@ -54,13 +59,31 @@ import numpy as np
 
 from kv_canary.bench import interleaved_samples, make_inputs, parse_case
 
-# sglang-like batches: a decode-heavy large batch, a mid prefill, a ragged mix, many short rows.
-CASES = ("64x8192", "256x2048", "256x8192r", "4096x512")
+# sglang-like batches: long and mid prefills, a large one, a ragged mix, many short rows, a decode-sized batch.
+CASES = ("64x8192", "256x2048", "256x8192", "256x32768", "4096x512", "256x8192r", "256x64")
+# The same kinds of batches at sizes a CPU steps through in a few minutes (--short).
+SHORT_CASES = ("16x2048", "64x512", "64x2048", "64x8192", "1024x128", "64x2048r", "64x16")
 IMPLEMENTATIONS = ("mosaic", "pallas", "xla")
+PLAIN = "plain"  # plain_xla_scatter: what a user writes, not the library
 DEFAULT = "default"  # implementation=None, reported with the name it resolves to
 # A server step's model work: four bf16 2048 x 2048 matmuls (the ruling's step).
 SIZE, MATMULS = 2048, 4
-ROUNDS, STEPS, WARMUP = 7, 50, 10
+ROUNDS, STEPS, WARMUP = 5, 120, 10
+SHORT_SIZE, SHORT_ROUNDS, SHORT_STEPS = 256, 5, 20
+
+
+def plain_xla_scatter(flat_in, offsets, rows, pool):
+    """The scatter a JAX user writes by hand: each token's request by ``jnp.repeat``, one scatter.
+
+    Correct for well-formed batches only (offsets non-decreasing from 0,
+    segments no longer than the pool is wide, rows in the pool); nothing
+    checks. The benchmark's baseline, never the library's path.
+    """
+    import jax.numpy as jnp
+
+    (n_tokens,), (bs,) = flat_in.shape, rows.shape
+    req = jnp.repeat(jnp.arange(bs), offsets[1:] - offsets[:-1], total_repeat_length=n_tokens)
+    return pool.at[rows[req], jnp.arange(n_tokens) - offsets[req]].set(flat_in.astype(jnp.int32), mode="drop")
 
 
 @dataclasses.dataclass
@@ -87,7 +110,7 @@ class Step:
 def make_step(implementation: str | None, matmuls: int):
     """The jitted step (see the module docstring): ``(x, w, flat_in, offsets, rows, pool) -> (h, pool)``, pool donated.
 
-    ``implementation`` None: no scatter. ``DEFAULT``: ``implementation=None``.
+    ``implementation`` None: no scatter. ``DEFAULT``: ``implementation=None``. ``PLAIN``: ``plain_xla_scatter``.
     """
     import jax
     import jax.numpy as jnp
@@ -98,7 +121,9 @@ def make_step(implementation: str | None, matmuls: int):
         h = x
         for _ in range(matmuls):  # a chain: each matmul needs the one before
             h = jnp.dot(h, w, preferred_element_type=jnp.bfloat16)
-        if implementation is not None:
+        if implementation == PLAIN:
+            pool = plain_xla_scatter(flat_in, offsets, rows, pool)
+        elif implementation is not None:
             choice = None if implementation == DEFAULT else implementation
             pool = scatter_req_token_ids(flat_in, offsets, rows, pool, implementation=choice)
         return h, pool
@@ -168,19 +193,23 @@ def run_case(case: str, implementations, args) -> tuple[list[dict], list[str]]:
             "step_without_us": statistics.median(without), "step_with_us": statistics.median(samples[label]),
             "marginal_us": spread(marginal),
         })
+    plain = next((r["marginal_us"]["median"] for r in rows if r["implementation"] == PLAIN), None)
+    for r in rows:
+        r["vs_plain"] = r["marginal_us"]["median"] / plain if plain is not None and plain > 0 else None
     return rows, sorted(set(failed))
 
 
 def table(rows: list[dict]) -> str:
     head = ("| case | tokens | implementation | step without us | step with us | marginal us (median) "
-            "| marginal IQR us | marginal min-max us |")
-    lines = [head, "|" + "---|" * 8]
+            "| marginal IQR us | marginal min-max us | vs plain |")
+    lines = [head, "|" + "---|" * 9]
     for r in rows:
         m = r["marginal_us"]
-        name = r["implementation"] if r["implementation"] != DEFAULT else f"default ({r['runs']})"
+        name = {DEFAULT: f"default ({r['runs']})", PLAIN: "plain (what a user writes)"}.get(r["implementation"], r["implementation"])
+        vs = "" if r["vs_plain"] is None else f"{r['vs_plain']:.2f}x"
         lines.append(
             f"| {r['case']} | {r['tokens']} | {name} | {r['step_without_us']:.1f} | {r['step_with_us']:.1f} "
-            f"| {m['median']:.1f} | {m['q1']:.1f} to {m['q3']:.1f} | {m['min']:.1f} to {m['max']:.1f} |"
+            f"| {m['median']:.1f} | {m['q1']:.1f} to {m['q3']:.1f} | {m['min']:.1f} to {m['max']:.1f} | {vs} |"
         )
     return "\n".join(lines)
 
@@ -188,15 +217,16 @@ def table(rows: list[dict]) -> str:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m kv_canary.bench_step", description=__doc__.splitlines()[0])
     ap.add_argument("--case", action="append", help=f"BSxSEQ[r][a], repeatable (default: {' '.join(CASES)})")
-    ap.add_argument("--impl", action="append", choices=(*IMPLEMENTATIONS, DEFAULT),
-                    help="repeatable (default: every one that runs here, and default)")
-    ap.add_argument("--rounds", type=int, default=ROUNDS)
-    ap.add_argument("--steps", type=int, default=STEPS, help="timed steps per step and round")
+    ap.add_argument("--impl", action="append", choices=(*IMPLEMENTATIONS, PLAIN, DEFAULT),
+                    help="repeatable (default: every one that runs here, plain, and default)")
+    ap.add_argument("--rounds", type=int, help=f"default {ROUNDS} ({SHORT_ROUNDS} with --short)")
+    ap.add_argument("--steps", type=int, help=f"timed steps per step and round (default {STEPS}, {SHORT_STEPS} with --short)")
     ap.add_argument("--warmup", type=int, default=WARMUP)
-    ap.add_argument("--size", type=int, default=SIZE, help="side of the bf16 matmuls")
+    ap.add_argument("--size", type=int, help=f"side of the bf16 matmuls (default {SIZE}, {SHORT_SIZE} with --short)")
     ap.add_argument("--matmuls", type=int, default=MATMULS)
     ap.add_argument("--fresh-inputs", action="store_true", help="copy the batch to the device before every step")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--short", action="store_true", help=f"the CPU variant: cases {' '.join(SHORT_CASES)}, smaller matmuls, fewer steps")
     return ap
 
 
@@ -207,12 +237,15 @@ def run(args) -> int:
     jax.config.update("jax_enable_x64", True)
     from kv_canary_jax import available_implementations
 
-    implementations = args.impl or [i for i in IMPLEMENTATIONS if i in available_implementations()] + [DEFAULT]
+    for name, full, short in (("rounds", ROUNDS, SHORT_ROUNDS), ("steps", STEPS, SHORT_STEPS), ("size", SIZE, SHORT_SIZE)):
+        if getattr(args, name) is None:
+            setattr(args, name, short if args.short else full)
+    implementations = args.impl or [i for i in IMPLEMENTATIONS if i in available_implementations()] + [PLAIN, DEFAULT]
     meta = {"python": platform.python_version(), "jax": jax.__version__, "device": jax.devices()[0].device_kind,
             "size": args.size, "matmuls": args.matmuls, "rounds": args.rounds, "steps": args.steps,
             "fresh_inputs": args.fresh_inputs}
     rows, failed = [], []
-    for case in args.case or CASES:
+    for case in args.case or (SHORT_CASES if args.short else CASES):
         case_rows, case_failed = run_case(case, implementations, args)
         rows += case_rows
         failed += [f"{case} {label}" for label in case_failed]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 import pytest
 
 pytest.importorskip("jax")
@@ -31,6 +33,33 @@ def test_every_implementation_gets_a_marginal_cost_with_its_spread(capsys):
         assert m["min"] <= m["q1"] <= m["median"] <= m["q3"] <= m["max"]
         assert row["step_without_us"] > 0 and row["step_with_us"] > 0
     assert out["rows"][0]["tokens"] == 120 and out["meta"]["rounds"] == 3
+
+
+def test_the_plain_formulation_is_a_column_and_each_row_is_compared_with_it(capsys):
+    assert bench_step.main(["--impl", "xla", "--impl", "plain", "--case", "3x40", *TINY]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["implementation"] for r in rows] == ["xla", "plain"]
+    plain = rows[1]["marginal_us"]["median"]
+    for r in rows:  # a ratio of medians, None where plain's marginal cost came out <= 0 (noise at these sizes)
+        assert r["vs_plain"] == (r["marginal_us"]["median"] / plain if plain > 0 else None)
+
+
+def test_the_plain_formulation_is_right_for_well_formed_batches():
+    import jax
+
+    from shared_spec import scatter_reference
+    from tests.contract import assert_same_pool
+    from tests.strategies import large_batch
+
+    for seed in range(3):
+        b = large_batch(bs=30, width=9, seed=seed)
+        assert_same_pool(np.asarray(jax.jit(bench_step.plain_xla_scatter)(*b)), scatter_reference(*b))
+
+
+def test_short_is_the_cpu_variant(capsys):
+    assert bench_step.main(["--short", "--case", "2x16", "--impl", "plain", "--rounds", "2", "--steps", "2", "--warmup", "1", "--json"]) == 0
+    meta = json.loads(capsys.readouterr().out)["meta"]
+    assert (meta["size"], meta["rounds"], meta["steps"]) == (bench_step.SHORT_SIZE, 2, 2)
 
 
 def test_fresh_inputs_are_copied_every_step(capsys):
@@ -57,5 +86,5 @@ def test_on_a_gpu_every_implementation_runs_and_the_default_is_the_gpu_kernel(ca
     assert bench_step.main(["--case", "64x512", "--case", "8x2048r", *TINY]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["default"] == default_gpu_kernel("cuda", False)
-    expected = {i for i in bench_step.IMPLEMENTATIONS if i in available_implementations()} | {bench_step.DEFAULT}
+    expected = {i for i in bench_step.IMPLEMENTATIONS if i in available_implementations()} | {bench_step.PLAIN, bench_step.DEFAULT}
     assert {r["implementation"] for r in out["rows"]} == expected

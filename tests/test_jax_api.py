@@ -372,30 +372,6 @@ def test_vmap_with_checkify_reports_the_failing_example():
     assert_same_pool(np.asarray(out[1]), pools[1])
 
 
-# -- the XLA path's formulations -------------------------------------------------------------
-
-
-def test_xla_per_cell_steps_over_requests(monkeypatch):
-    """The per-cell fallback, forced into many small steps, still matches the reference."""
-    rng = np.random.default_rng(15)
-    bs, n_tokens, shape = 50, 40, (60, 9)
-    flat_in = rng.integers(-(2**63), 2**63 - 1, size=n_tokens, dtype=np.int64)
-    offsets = rng.integers(-5, n_tokens + 5, size=bs + 1).astype(np.int64)  # unsorted: per-cell branch
-    rows = rng.permutation(np.arange(-3, shape[0] + 3, dtype=np.int64))[:bs]  # distinct; some outside
-    pool = sentinel_pool(*shape, 15)
-    monkeypatch.setattr(xla, "CELLS_PER_STEP", 20)  # window 9 -> 2 requests a step, 25 steps
-    out = jax.jit(lambda *a: xla.scatter(*a))(*as_jax(flat_in, offsets, rows, pool))
-    assert_same_pool(np.asarray(out), scatter_reference(flat_in, offsets, rows, pool))
-
-
-def test_xla_formulations_agree_on_sorted_offsets():
-    b = batch(bs=200, width=11, seed=16)
-    args = as_jax(*b)
-    expected = scatter_reference(*b)
-    assert_same_pool(np.asarray(jax.jit(xla._per_token)(*args)), expected)
-    assert_same_pool(np.asarray(jax.jit(xla._per_cell)(*args)), expected)
-
-
 @pytest.mark.parametrize("implementation,interpret", WAYS)
 def test_wide_pool_few_tokens_negative_start(implementation, interpret):
     """A pool much wider than the batch's tokens; segments starting below zero and ending at flat_in's end."""
