@@ -27,7 +27,7 @@ def test_every_implementation_gets_a_marginal_cost_with_its_spread(capsys):
     assert [(r["case"], r["implementation"]) for r in out["rows"]] == [
         ("3x40", "xla"), ("3x40", "default"), ("2x16ra", "xla"), ("2x16ra", "default"),
     ]
-    assert out["default"] == bench_step.default_name() == "xla"
+    assert out["default"] == bench_step.default_name()  # xla on a CPU, the platform's kernel where there is one
     for row in out["rows"]:
         m = row["marginal_us"]
         assert m["min"] <= m["q1"] <= m["median"] <= m["q3"] <= m["max"]

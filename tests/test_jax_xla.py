@@ -267,6 +267,6 @@ def test_compiled_for_the_cpu_has_no_conditional():
     the platform index resolved, the enumeration's scatter and its loop past N, on the host that is the device."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     done = subprocess.run([sys.executable, "-c", COMPILED_FOR_THE_CPU], capture_output=True, text=True, timeout=300,
-                          env=dict(env, JAX_ENABLE_X64="1", PYTHONPATH=str(ROOT)), cwd=ROOT)
+                          env=dict(env, JAX_ENABLE_X64="1", JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT)), cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True", "True"]
