@@ -4,7 +4,8 @@
 ``dispatch._load_call_path`` builds and loads both at a process's first bound
 kernel. Runs on a CPU machine: the builders are child processes whose $CC and
 $CXX are wrapper scripts that log each compiler run (then run the real
-compiler, after ``HOLD`` seconds when set, or fail when ``FAIL`` names it), so
+compiler, after ``HOLD`` seconds or once the file ``HOLD_UNTIL`` exists when
+set, or fail when ``FAIL`` names it), so
 that the tests count compiles. A CPU machine has no CUDA driver, so the
 children stand the driverless C module in for ``native.module()``.
 """
@@ -41,10 +42,14 @@ print(json.dumps(report))
 """
 
 WRAPPER = """#!/bin/sh
-echo "$(basename "$0") $$" >> "$COMPILER_LOG"
+echo "start $(basename "$0")" >> "$COMPILER_LOG"
 if [ "$FAIL" = "$(basename "$0")" ]; then exit 1; fi
 if [ -n "$HOLD" ]; then sleep "$HOLD"; fi
-exec {real} "$@"
+if [ -n "$HOLD_UNTIL" ]; then while [ ! -e "$HOLD_UNTIL" ]; do sleep 0.05; done; fi
+{real} "$@"
+status=$?
+echo "end $(basename "$0") $status" >> "$COMPILER_LOG"
+exit $status
 """
 
 
@@ -62,11 +67,13 @@ def machine(tmp_path):
         wrapper.chmod(0o755)
     env = dict(os.environ, KV_CANARY_CACHE_DIR=str(cache), CC=str(wrappers["cc"]), CXX=str(wrappers["cxx"]),
                COMPILER_LOG=str(log), PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("HOLD", None)
-    env.pop("FAIL", None)
+    for variable in ("HOLD", "HOLD_UNTIL", "FAIL"):
+        env.pop(variable, None)
 
-    def compiles() -> list[str]:
-        return [line.split()[0] for line in log.read_text().splitlines()] if log.exists() else []
+    def compiles(event: str = "start") -> list[str]:
+        """The compilers started (or, with ``event="end"``, ended: ``"cc 0"``, the exit status after the name), in order."""
+        lines = log.read_text().splitlines() if log.exists() else []
+        return [line.split(" ", 1)[1] for line in lines if line.startswith(event + " ")]
 
     return env, cache, compiles
 
@@ -97,18 +104,39 @@ def test_builders_started_together_compile_each_piece_once_and_a_later_process_n
     assert partials(cache) == []
 
 
+def wait_for(condition, process: subprocess.Popen | None = None) -> None:
+    """Poll until ``condition()``; fails if ``process`` exits first (its errors shown) or nothing happens for minutes."""
+    deadline = time.monotonic() + 300
+    while not condition():
+        assert process is None or process.poll() is None, process.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "still waiting"
+        time.sleep(0.05)
+
+
 def test_a_build_killed_midway_leaves_nothing_the_next_build_trips_over(machine):
     env, cache, compiles = machine
-    killed = builder(dict(env, HOLD="600"), "c", start_new_session=True)  # its compiler waits, then would compile
-    deadline = time.monotonic() + 300
-    while not compiles() and killed.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert compiles() == ["cc"], killed.communicate()[1][-3000:]
+    never = cache.parent / "never"
+    killed = builder(dict(env, HOLD_UNTIL=str(never)), "c", start_new_session=True)  # its compiler waits
+    wait_for(lambda: compiles() == ["cc"], killed)
     os.killpg(killed.pid, signal.SIGKILL)  # the process and its compiler, mid-build
     killed.wait()
     assert len(partials(cache)) == 1 and not list(cache.glob(f"{native.MODULE}-*.so"))  # what a killed build leaves
     assert report(builder(env, "c")) == {"c": native.MODULE}
     assert compiles() == ["cc", "cc"] and partials(cache) == []
+
+
+def test_a_compiler_that_outlives_its_killed_process_writes_nothing_once_the_next_build_ran(machine):
+    env, cache, compiles = machine
+    go = cache.parent / "go"
+    killed = builder(dict(env, HOLD_UNTIL=str(go)), "c")  # its compiler waits for the file go, then compiles
+    wait_for(lambda: compiles() == ["cc"], killed)
+    killed.kill()  # the process alone: its compiler runs on
+    killed.wait()
+    assert report(builder(env, "c")) == {"c": native.MODULE}
+    go.touch()
+    wait_for(lambda: len(compiles("end")) == 2)
+    assert compiles("end")[0] == "cc 0" and compiles("end")[1] != "cc 0"  # ours, then the orphan's, which found no folder
+    assert partials(cache) == []
 
 
 def test_a_reader_that_fails_to_build_leaves_no_call_path_says_why_and_is_tried_once(machine):
@@ -150,15 +178,17 @@ def test_a_reader_that_cannot_build_is_never_used_and_says_why(tmp_path, monkeyp
         assert tensor_meta.load() is None and tensor_meta.unavailable_reason() == f"{switch}=0"
 
 
-def test_a_partial_file_of_a_dead_process_or_an_old_one_is_dropped(tmp_path):
+def test_a_partial_build_of_a_dead_process_or_an_old_one_is_dropped(tmp_path):
     exited = subprocess.Popen(["true"])
     exited.wait()
     name = f"{native.MODULE}-x.so"
     dead = tmp_path / f"{name}.{exited.pid}.abc{native.PARTIAL}"
     alive = tmp_path / f"{name}.{os.getpid()}.abc{native.PARTIAL}"  # a build in progress (this process's)
-    unnamed = tmp_path / f"{name}abc{native.PARTIAL}"  # no pid in its name: the age rule alone
-    for path in (dead, alive, unnamed):
-        path.write_bytes(b"")
+    for folder in (dead, alive):
+        folder.mkdir()
+        (folder / name).write_bytes(b"half")
+    unnamed = tmp_path / f"{name}abc{native.PARTIAL}"  # no pid in its name (a file, as older builds left): the age rule alone
+    unnamed.write_bytes(b"")
     native.build(tmp_path)
     assert not dead.exists() and alive.exists() and unnamed.exists()
     old = alive.stat().st_mtime - native.STALE_PARTIAL_S - 1

@@ -107,13 +107,15 @@ def compile_cached(module: str, sources: tuple[Path, ...], command, tag: bytes =
     module at once build it once: each takes ``LOCK`` (``fcntl.flock`` on a
     file in ``cache``, released by the kernel when its holder exits, however it
     exits), and whoever finds the module there once it holds the lock loads it
-    instead of compiling. The compiler writes
-    ``<module file>.<pid>.<random>.partial``, renamed into place (atomic)
-    when it succeeds and removed when it fails; a partial file whose process
-    is dead (killed mid-build) or older than ``STALE_PARTIAL_S`` is removed
-    by every later call (``_drop_stale_partials``). Where the folder's file
-    system has no locks (``flock`` fails), each process builds its own
-    partial file and renames it into place: more work, the same result.
+    instead of compiling. The compiler writes into a folder of its own,
+    ``<module file>.<pid>.<random>.partial``, whose file is renamed into place
+    (atomic) when it succeeds; the folder is removed when the build ends, and
+    by every later call once its process is dead (killed mid-build) or it is
+    older than ``STALE_PARTIAL_S`` (``_drop_stale_partials``). A compiler
+    that outlives its killed process then finds its folder gone and writes
+    nothing. Where the cache's file system has no locks (``flock`` fails),
+    each process builds in its own folder and renames its file into place:
+    more work, the same result.
     """
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources) + tag + sys.version.encode())
     digest.update(sysconfig.get_platform().encode())
@@ -126,24 +128,22 @@ def compile_cached(module: str, sources: tuple[Path, ...], command, tag: bytes =
     with _build_lock(folder):
         if target.exists():  # built by the process that held the lock before
             return target
-        fd, partial = tempfile.mkstemp(dir=folder, prefix=f"{target.name}.{os.getpid()}.", suffix=PARTIAL)
-        os.close(fd)
+        partial = Path(tempfile.mkdtemp(dir=folder, prefix=f"{target.name}.{os.getpid()}.", suffix=PARTIAL))
         try:
-            line = command(partial)
+            line = command(str(partial / target.name))
             done = subprocess.run(line, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
             if done.returncode != 0:
                 raise OSError(f"{' '.join(line)} failed: {done.stderr.strip()[-2000:]}")
-            os.replace(partial, target)
+            os.replace(partial / target.name, target)
         finally:
-            if os.path.exists(partial):
-                os.unlink(partial)
+            shutil.rmtree(partial, ignore_errors=True)
     return target
 
 
 LOCK = "build.lock"  # in the cache folder; kept (empty), so that every builder locks the same file
 PARTIAL = ".partial"
 BUILD_TIMEOUT_S = 300
-# A partial file older than this is removed even where its process looks alive (a pid reused since, or one of
+# A partial build older than this is removed even where its process looks alive (a pid reused since, or one of
 # another pid namespace sharing the cache): no build takes this long (BUILD_TIMEOUT_S).
 STALE_PARTIAL_S = 600
 
@@ -160,22 +160,25 @@ def _build_lock(folder: Path):
 
 
 def _drop_stale_partials(folder: Path, module: str) -> None:
-    """Remove ``module``'s partial files in ``folder`` whose process is dead, or older than ``STALE_PARTIAL_S``."""
+    """Remove ``module``'s partial builds in ``folder`` whose process is dead, or older than ``STALE_PARTIAL_S``."""
     for stale in folder.glob(f"{module}-*{PARTIAL}"):
         try:
             if not _builder_alive(stale.name) or time.time() - stale.stat().st_mtime > STALE_PARTIAL_S:
-                stale.unlink()
-        except OSError:  # another process removed or renamed it first
+                if stale.is_dir():
+                    shutil.rmtree(stale)
+                else:  # a partial file of an older version of this module
+                    stale.unlink()
+        except OSError:  # another process removed it first, or its compiler still writes there: the next call retries
             pass
 
 
 def _builder_alive(name: str) -> bool:
-    """Whether the process that named partial file ``name`` (``<module file>.<pid>.<random>.partial``) may still run."""
-    pid = name[: -len(PARTIAL)].rsplit(".", 2)[-2]
-    if not pid.isdigit():
+    """Whether the process that named partial build ``name`` (``<module file>.<pid>.<random>.partial``) may still run."""
+    parts = name[: -len(PARTIAL)].rsplit(".", 2)
+    if len(parts) < 3 or not parts[1].isdigit():
         return True  # not named by compile_cached: left to the age rule
     try:
-        os.kill(int(pid), 0)
+        os.kill(int(parts[1]), 0)
     except ProcessLookupError:
         return False
     except OSError:  # another user's process, alive
