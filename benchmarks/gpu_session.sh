@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call: GPU tests, the memory checker, the conformance matrix, then timings. Logs land in $OUT.
-#   bash benchmarks/gpu_session.sh [all|final|gpu|tests|memcheck|check|tune|bench|mosaic|kernels|host|hostcost|step] [limit seconds]
+#   bash benchmarks/gpu_session.sh [all|final|gpu|tests|memcheck|check|tune|bench|mosaic|kernels|host|hostcost|step|cold] [limit seconds]
 # `all` runs gpu (the GPU tests), memcheck, check and mosaic in that order (about 5 minutes on one H200);
 # `final` runs gpu, memcheck, check, bench and kernels (about 8 minutes: what a closing note quotes);
 # `tests` is the whole suite, CPU tests included.
@@ -35,6 +35,8 @@ run() {
     host) step "${2:-120}" python3 -m kv_canary.cli bench --host ;;
     # Each Pallas lowering's host work per application (chained wall clock minus device clock), beside empty kernels'.
     hostcost) step "${2:-400}" python3 benchmarks/mosaic_host_cost.py ;;
+    # A fresh process's first calls: after a short-lived process, after a killed one, on a machine that never ran it.
+    cold) step "${2:-180}" python3 benchmarks/cold_start.py ;;
     # The scatter's marginal cost in a server-like jitted step, per implementation and the default.
     step) step "${2:-300}" python3 -m kv_canary.bench_step ;;
   esac

@@ -147,7 +147,6 @@ def measure_launcher(torch, with_baselines: bool) -> dict:
         check_pattern(torch, ours, pattern)
         if with_baselines:
             check_pattern(torch, launch_sglang_style, pattern)
-    dispatch.settle()  # the C++ tensor reader, loading since the first launch: a server's steady state
     results = {}
     for pattern in PATTERNS:
         calls = device_steps(torch, pattern, CALLS)

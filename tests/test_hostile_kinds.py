@@ -512,7 +512,7 @@ _REMEMBERED_SIGNATURE = textwrap.dedent(
     import numpy as np, torch
     from kv_canary_torch import launch_scatter_req_token_ids_kernel as launch
     import os
-    from kv_canary_torch.launch import dispatch, native
+    from kv_canary_torch.launch import native
     with_reader = os.environ.get("KV_CANARY_TENSOR_READER") != "0"
     from kv_canary_arrays.describe import torch_backed
     from shared_spec import errors, scatter_reference
@@ -548,8 +548,7 @@ _REMEMBERED_SIGNATURE = textwrap.dedent(
             assert (pool.cpu().numpy() == expected).all()
         assert native.module().served() - served >= (2 if with_reader else 0)
 
-    call(pool_out=fresh())  # compiles and binds the kernel, which starts loading the C++ reader
-    dispatch.settle()  # loaded, where it builds: the next calls take the call path
+    call(pool_out=fresh())  # compiles and binds the kernel, which loads the C++ reader: the next calls take the call path
     remember()
     with torch.inference_mode():
         inference_pool = fresh()

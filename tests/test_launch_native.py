@@ -1,10 +1,10 @@
-"""The C half of the launch (``kv_canary_torch.launch.native``): its build, its parameter layout, its refusals, its call path.
+"""The C half of the launch (``kv_canary_torch.launch.native``): its parameter layout, its refusals, its call path.
 
 Runs on a CPU machine: the C module is built and its packing and planning
 checked without a driver, and the kernels' PTX entries come from compiling
 them for sm_90. What only a GPU can show (the launch itself, graphs, threads)
 is in test_torch_gpu.py; the launch rule's C twin against the Python rule is
-in test_launch_plan.py.
+in test_launch_plan.py; how the native pieces are built and loaded, in test_native_build.py.
 """
 
 from __future__ import annotations
@@ -83,18 +83,6 @@ def test_no_launch_without_a_driver(c_module):
         c_module.load_driver()
     with pytest.raises(RuntimeError, match="not loaded"):
         c_module.launch(kernel(c_module, 0), 1, 1, 0, 1, 2, 3, 4)
-
-
-def test_the_build_is_cached_and_a_failed_build_says_why(tmp_path, monkeypatch):
-    monkeypatch.setenv("KV_CANARY_CACHE_DIR", str(tmp_path / "a"))  # the default cache
-    first = native.build()
-    assert first.parent == tmp_path / "a" and native.build() == first
-    assert [p.name for p in first.parent.iterdir()] == [first.name]  # no partial file left behind
-    monkeypatch.setenv("KV_CANARY_CACHE_DIR", str(tmp_path / "b"))
-    monkeypatch.setenv("CC", "false")
-    with pytest.raises(OSError, match="failed"):
-        native.build()
-    assert list((tmp_path / "b").iterdir()) == []
 
 
 def test_unavailable_means_triton_keeps_launching(monkeypatch):
@@ -468,35 +456,3 @@ def test_the_call_path_needs_the_reader_and_the_rule(c_module, tensor_reader):
         c_module.configure({}, torch.Tensor, NO_HOOKS, lambda d: 0, None, kernel(c_module), launch_plan.rule())
     with pytest.raises(TypeError):
         c_module.configure({}, torch.Tensor, NO_HOOKS, lambda d: 0, None, tensor_reader, (1, 2, 3))
-
-
-def test_the_reader_loads_in_the_background(tensor_reader, tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("KV_CANARY_CACHE_DIR", str(tmp_path_factory.getbasetemp().parent / "kv-canary-native"))
-    loaded = []
-    tensor_meta.when_ready(loaded.append).join(120)
-    assert len(loaded) == 1 and type(loaded[0]).__name__ == "PyCapsule"
-
-
-def test_a_reader_that_cannot_build_is_never_used_and_says_why(tmp_path, monkeypatch):
-    monkeypatch.setenv("KV_CANARY_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("CXX", "false")
-    loaded = []
-    tensor_meta.when_ready(loaded.append).join(120)
-    assert loaded == [] and "failed" in tensor_meta.unavailable_reason()
-    for switch in ("KV_CANARY_TENSOR_READER", "KV_CANARY_C_LAUNCHER"):
-        monkeypatch.setenv(switch, "0")
-        assert tensor_meta.when_ready(loaded.append) is None and loaded == []
-        assert tensor_meta.unavailable_reason() == f"{switch}=0"
-
-
-def test_a_partial_build_left_by_an_exited_process_is_dropped(tmp_path, monkeypatch):
-    stale, fresh = tmp_path / "_kv_canary_native-x.so1.partial", tmp_path / "_kv_canary_native-y.so2.partial"
-    stale.write_bytes(b"")
-    fresh.write_bytes(b"")
-    old = stale.stat().st_mtime - native.STALE_PARTIAL_S - 1
-    os.utime(stale, (old, old))
-    native.build(tmp_path)
-    assert not stale.exists() and fresh.exists()  # a concurrent build's file stays
-    os.utime(fresh, (old, old))
-    native.build(tmp_path)  # built already: its folder is still swept
-    assert not fresh.exists()

@@ -120,9 +120,9 @@ def test_cuda_graph_capture_and_replay():
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm up: compile the kernel and bind it to the C launcher outside the capture
-        launch(flat_in, offsets, rows, pool)
-        settle_call_path()
-        launch(flat_in, offsets, rows, pool)  # remembered, now that the call path is there
+        launch(flat_in, offsets, rows, pool)  # compiles, binds, loads the call path, remembers the signature
+        assert_call_path_on()
+        launch(flat_in, offsets, rows, pool)  # through the call path
     torch.cuda.current_stream().wait_stream(stream)
     assert_c_launcher_bound(flat_in, offsets, rows, pool)
     served = c_calls()
@@ -302,11 +302,10 @@ def c_calls() -> int:
     return native.module().served()
 
 
-def settle_call_path():
-    """Wait for the C++ tensor reader (built the first time, then loaded in the background): a long-lived process's state."""
+def assert_call_path_on():
+    """The call path is configured: the process's first bound kernel built (or loaded) the C++ reader before it returned."""
     from kv_canary_torch.launch import dispatch, tensor_meta
 
-    dispatch.settle()
     assert tensor_meta.unavailable_reason() is None, tensor_meta.unavailable_reason()
     assert dispatch._signature is not None, "the call path is not configured"
 
@@ -318,10 +317,12 @@ def test_a_remembered_signature_launches_in_one_c_call():
     batch = large_batch(bs=16, width=700, seed=31)
     flat_in, offsets, rows, _ = on_gpu(batch)
     expected = scatter_reference(*batch)
-    launch(flat_in, offsets, rows, on_gpu(batch)[3])  # compiles, binds, starts loading the reader
-    settle_call_path()
+    launch(flat_in, offsets, rows, on_gpu(batch)[3])  # compiles, binds, loads the reader, remembers the signature
+    assert_call_path_on()
     assert isinstance(dispatch._signature("auto", flat_in, offsets, rows, flat_in), bytes)
-    launch(flat_in, offsets, rows, on_gpu(batch)[3])  # remembers the signature
+    served = c_calls()
+    launch(flat_in, offsets, rows, on_gpu(batch)[3])  # the signature's second call: the call path
+    assert c_calls() == served + 1
     served = c_calls()
     for _ in range(3):
         pool = on_gpu(batch)[3]
@@ -386,8 +387,8 @@ def test_shapes_that_change_every_call_match_the_reference(width, bs_choices, le
     pool_np = sentinel_pool(n_rows, width, seed=3)
     pool = torch.from_numpy(pool_np.copy()).cuda()
     steps = serving_steps(bs_choices, lengths, 40, seed=width, n_rows=n_rows)
-    launch(*on_gpu(steps[0]), pool)  # compiles and binds; the reader loads
-    settle_call_path()
+    launch(*on_gpu(steps[0]), pool)  # compiles and binds; the reader loads before it returns
+    assert_call_path_on()
     served, seen = c_calls(), set()
     for flat_in, offsets, rows in steps:
         tensors = on_gpu((flat_in, offsets, rows))
@@ -410,7 +411,7 @@ def test_a_second_signature_takes_the_call_path_from_its_second_call():
     steps = serving_steps((1, 8, 64, 300), (1, 2050), 300, seed=7, n_rows=600)
     first = torch.from_numpy(sentinel_pool(600, 2049, seed=3)).cuda()
     launch(*on_gpu(steps[0]), first)
-    settle_call_path()
+    assert_call_path_on()
     gpu_steps = [on_gpu(step) for step in steps]
     for tensors in gpu_steps:
         launch(*tensors, first)
@@ -466,7 +467,7 @@ def test_nothing_accumulates_over_distinct_shapes():
     flat_in, offsets, rows, pool = on_gpu(batch)
     buffer = torch.cat([flat_in, flat_in.new_zeros(25_000)])
     launch(flat_in, offsets, rows, pool)
-    settle_call_path()
+    assert_call_path_on()
     launch(flat_in, offsets, rows, pool)
     sizes = len(dispatch._memo), len(dispatch._kernels)
     served = c_calls()

@@ -70,7 +70,7 @@ _memo: dict[bytes, list] = {}  # argument signature -> its kernels, by plan slot
 _c = None  # the C module, once a kernel is bound to it
 _configured_rule: tuple | None = None  # plan.rule() as the C call path has it
 _reader = None  # the C++ tensor reader's capsule, once loaded
-_reader_loading = None  # the thread loading it (tensor_meta.when_ready), once started
+_loading = threading.Lock()  # held while _load_call_path builds and loads
 
 
 def kernel_module():
@@ -186,18 +186,25 @@ def remember_call(backend, flat_in, offsets, req_pool_indices, pool_out) -> None
 
 
 def _load_call_path() -> None:
-    """Load the C module, then the C++ tensor reader in the background; once both are there, configure the call path."""
-    global _c, _reader_loading
+    """Load the C module and the C++ tensor reader, building each first where the cache lacks it; configure the call path.
+
+    Runs in the launching thread at the process's first bound kernel (so the
+    C module has loaded: ``native.bind`` needs it), and returns when both are
+    loaded or one failed (its reason recorded, never tried again): that call's
+    ``remember_call`` then remembers its signature, so the call path takes
+    that signature from its second call. The build's one-time cost is in
+    ``tensor_meta``'s docstring.
+    """
+    global _c, _reader
     from kv_canary_torch.launch import tensor_meta
 
-    _c = native.module()
-
-    def use(reader) -> None:
-        global _reader
-        _reader = reader
-        _configure(_c, reader)
-
-    _reader_loading = tensor_meta.when_ready(use)
+    with _loading:  # another thread's first launch waits here rather than loading twice
+        if _c is not None:
+            return
+        _c = native.module()
+        _reader = tensor_meta.load()
+        if _reader is not None:
+            _configure(_c, _reader)
 
 
 def _configure(c, reader) -> None:
@@ -220,12 +227,6 @@ def without_call_path():
         yield
     finally:
         call_bound, _signature = saved
-
-
-def settle(timeout: float = 120.0) -> None:
-    """Wait until the C++ tensor reader has loaded or failed to: the steady state of a long-lived process (benchmarks, tests)."""
-    if _reader_loading is not None:
-        _reader_loading.join(timeout)
 
 
 def forget() -> None:

@@ -30,12 +30,16 @@ compiler Triton itself needs (``$CC``, else ``cc``, ``gcc`` or ``clang``)
 against this Python's headers, and cached under ``$KV_CANARY_CACHE_DIR``
 (default ``~/.cache/kv-canary``) by a hash of the source, the Python version
 and the platform; it needs no CUDA header and finds the driver in the process
-(``dlopen("libcuda.so.1")``). Several processes may build at once: each writes
-its own file and renames it into place.
+(``dlopen("libcuda.so.1")``). How a build runs (``compile_cached``, for this
+module and ``tensor_meta``'s): synchronously, in the calling thread, one
+process at a time per cache folder (the others wait, then load its result),
+into a temporary file renamed into place when the compiler succeeds.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import os
@@ -45,6 +49,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -62,6 +67,7 @@ MAX_PLAIN_SHARED = 48 * 1024
 _module = None
 _reason: str | None = None  # why the launcher is unavailable (None: not asked yet, or available)
 _tried = False
+_loading = threading.Lock()
 
 
 def cache_dir() -> Path:
@@ -92,42 +98,92 @@ def compile_cached(module: str, sources: tuple[Path, ...], command, tag: bytes =
 
     Cached by a hash of the sources, ``tag``, the Python version and the
     platform. ``command(output)`` is the compiler's command line writing
-    ``output``, or raises OSError saying why there is none. Several processes
-    may build at once: each writes its own file and renames it into place.
-    Raises OSError with the compiler's messages when the build fails.
+    ``output``, or raises OSError saying why there is none. Raises OSError
+    with the compiler's messages when the build fails, and
+    ``subprocess.TimeoutExpired`` past ``BUILD_TIMEOUT_S``.
+
+    The build finishes (or fails) before this returns, so a process that
+    exits afterwards leaves no half-built file. Processes that need the same
+    module at once build it once: each takes ``LOCK`` (``fcntl.flock`` on a
+    file in ``cache``, released by the kernel when its holder exits, however it
+    exits), and whoever finds the module there once it holds the lock loads it
+    instead of compiling. The compiler writes into a folder of its own,
+    ``<module file>.<pid>.<random>.partial``, whose file is renamed into place
+    (atomic) when it succeeds; the folder is removed when the build ends, and
+    by every later call once its process is dead (killed mid-build) or it is
+    older than ``STALE_PARTIAL_S`` (``_drop_stale_partials``). A compiler
+    that outlives its killed process then finds its folder gone and writes
+    nothing. Where the cache's file system has no locks (``flock`` fails),
+    each process builds in its own folder and renames its file into place:
+    more work, the same result.
     """
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources) + tag + sys.version.encode())
     digest.update(sysconfig.get_platform().encode())
-    target = (cache or cache_dir()) / f"{module}-{digest.hexdigest()[:16]}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
-    _drop_stale_partials(target.parent, module)
-    if target.exists():
+    folder = cache or cache_dir()
+    target = folder / f"{module}-{digest.hexdigest()[:16]}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+    _drop_stale_partials(folder, module)
+    if target.exists():  # renamed into place whole: there means built
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, partial = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".partial")
-    os.close(fd)
-    try:
-        line = command(partial)
-        done = subprocess.run(line, capture_output=True, text=True, timeout=300)
-        if done.returncode != 0:
-            raise OSError(f"{' '.join(line)} failed: {done.stderr.strip()[-2000:]}")
-        os.replace(partial, target)  # atomic: a concurrent build replaces it with the same bytes
-    finally:
-        if os.path.exists(partial):
-            os.unlink(partial)
+    folder.mkdir(parents=True, exist_ok=True)
+    with _build_lock(folder):
+        if target.exists():  # built by the process that held the lock before
+            return target
+        partial = Path(tempfile.mkdtemp(dir=folder, prefix=f"{target.name}.{os.getpid()}.", suffix=PARTIAL))
+        try:
+            line = command(str(partial / target.name))
+            done = subprocess.run(line, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+            if done.returncode != 0:
+                raise OSError(f"{' '.join(line)} failed: {done.stderr.strip()[-2000:]}")
+            os.replace(partial / target.name, target)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
     return target
 
 
-# A partial build older than this was left by a process that exited mid-build (a daemon thread's compiler).
+LOCK = "build.lock"  # in the cache folder; kept (empty), so that every builder locks the same file
+PARTIAL = ".partial"
+BUILD_TIMEOUT_S = 300
+# A partial build older than this is removed even where its process looks alive (a pid reused since, or one of
+# another pid namespace sharing the cache): no build takes this long (BUILD_TIMEOUT_S).
 STALE_PARTIAL_S = 600
 
 
-def _drop_stale_partials(folder: Path, module: str) -> None:
-    for stale in folder.glob(f"{module}-*.partial"):
+@contextlib.contextmanager
+def _build_lock(folder: Path):
+    """Hold ``folder``'s build lock (an exclusive ``flock``, waiting for it) inside; no lock where the file system has none."""
+    with open(folder / LOCK, "a") as handle:
         try:
-            if time.time() - stale.stat().st_mtime > STALE_PARTIAL_S:
-                stale.unlink()
-        except OSError:  # another process removed or renamed it first
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError:  # no locks here (some network file systems): builds may then run side by side
             pass
+        yield  # closing the file releases the lock; so does the process's exit
+
+
+def _drop_stale_partials(folder: Path, module: str) -> None:
+    """Remove ``module``'s partial builds in ``folder`` whose process is dead, or older than ``STALE_PARTIAL_S``."""
+    for stale in folder.glob(f"{module}-*{PARTIAL}"):
+        try:
+            if not _builder_alive(stale.name) or time.time() - stale.stat().st_mtime > STALE_PARTIAL_S:
+                if stale.is_dir():
+                    shutil.rmtree(stale)
+                else:  # a partial file of an older version of this module
+                    stale.unlink()
+        except OSError:  # another process removed it first, or its compiler still writes there: the next call retries
+            pass
+
+
+def _builder_alive(name: str) -> bool:
+    """Whether the process that named partial build ``name`` (``<module file>.<pid>.<random>.partial``) may still run."""
+    parts = name[: -len(PARTIAL)].rsplit(".", 2)
+    if len(parts) < 3 or not parts[1].isdigit():
+        return True  # not named by compile_cached: left to the age rule
+    try:
+        os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process, alive
+        pass
+    return True
 
 
 def build(cache: Path | None = None) -> Path:
@@ -151,19 +207,21 @@ def load_module(path: Path, name: str = MODULE):
 
 
 def module():
-    """The C module with the CUDA driver loaded, or None (``unavailable_reason()`` says why); tried once."""
+    """The C module with the CUDA driver loaded, or None (``unavailable_reason()`` says why); tried once, built first if absent."""
     global _module, _reason, _tried
     if not _tried:
-        _tried = True
-        if os.environ.get(DISABLE) == "0":
-            _reason = f"{DISABLE}=0"
-        else:
-            try:
-                loaded = load_module(build())
-                loaded.load_driver()
-                _module = loaded
-            except (OSError, ImportError, subprocess.SubprocessError) as error:
-                _reason = f"{type(error).__name__}: {error}"
+        with _loading:  # a second thread waits for the first one's build rather than seeing None meanwhile
+            if not _tried:
+                if os.environ.get(DISABLE) == "0":
+                    _reason = f"{DISABLE}=0"
+                else:
+                    try:
+                        loaded = load_module(build())
+                        loaded.load_driver()
+                        _module = loaded
+                    except (OSError, ImportError, subprocess.SubprocessError) as error:
+                        _reason = f"{type(error).__name__}: {error}"
+                _tried = True
     return _module
 
 

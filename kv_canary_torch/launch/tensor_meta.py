@@ -1,28 +1,30 @@
-"""The call path's tensor reader (``tensor_meta.cpp``): built against this torch, then loaded in the background.
+"""The call path's tensor reader (``tensor_meta.cpp``): built against this torch, then loaded, in the calling thread.
 
 Contract:
 
 - ``build(cache=None) -> Path``: the compiled ``_kv_canary_tensor_meta``
   (``native.compile_cached``: cached by the source, torch's version and
-  ABI, Python and the platform), compiled with the C++ compiler (``$CXX``, else
-  ``c++``, ``g++`` or ``clang++``) against torch's headers and libraries;
-  OSError says why it cannot be built.
+  ABI, Python and the platform; one process builds, the others wait and load
+  its file), compiled with the C++ compiler (``$CXX``, else ``c++``, ``g++``
+  or ``clang++``) against torch's headers and libraries; OSError says why it
+  cannot be built.
 - ``reader(cache=None) -> capsule``: its ``READER`` capsule, for
   ``native``'s ``configure``.
-- ``when_ready(use) -> Thread | None``: calls ``use(capsule)`` from a daemon thread
-  once the reader is loaded: milliseconds when it is built already, else after
-  building it (seconds, once per machine and torch). When it cannot be built
-  (no C++ compiler, the build fails) or is not wanted (``KV_CANARY_C_LAUNCHER=0``,
-  or ``KV_CANARY_TENSOR_READER=0`` for this reader alone), ``use`` is never
-  called and ``unavailable_reason()`` says why: there is then no call path, and
-  every launcher call takes the checked path. Returns the thread (None when
-  disabled).
+- ``load() -> capsule | None``: ``reader()`` from the default cache, or None
+  with ``unavailable_reason()`` saying why: it cannot be built (no C++
+  compiler, the build fails) or is not wanted (``KV_CANARY_C_LAUNCHER=0``, or
+  ``KV_CANARY_TENSOR_READER=0`` for this reader alone). There is then no call
+  path, and every launcher call takes the checked path. It returns when the
+  reader is loaded or has failed: milliseconds where it is built already, else
+  the compile, once per machine and torch (13.7 s on the 2-core CPU machine,
+  2026-12-01, commit ecc49b4; ``benchmarks/cold_start.py`` measures it on a
+  GPU host).
 """
 
 from __future__ import annotations
 
 import os
-import threading
+import subprocess
 from pathlib import Path
 
 from kv_canary_torch.launch import native
@@ -71,24 +73,17 @@ def reader(cache: Path | None = None):
     return native.load_module(build(cache), MODULE).READER
 
 
-def when_ready(use) -> threading.Thread | None:
-    """Call ``use(capsule)`` once the reader is loaded (see the module docstring); returns the loading thread, or None."""
+def load():
+    """The reader's capsule, built first where the cache lacks it, or None (see the module docstring)."""
     for switch in (native.DISABLE, DISABLE):
         if os.environ.get(switch) == "0":
             _unavailable(f"{switch}=0")
             return None
-
-    def load():
-        try:
-            capsule = reader()
-        except (OSError, ImportError, AttributeError) as error:
-            _unavailable(f"{type(error).__name__}: {error}")
-            return
-        use(capsule)
-
-    thread = threading.Thread(target=load, name="kv-canary tensor reader", daemon=True)
-    thread.start()
-    return thread
+    try:
+        return reader()
+    except (OSError, ImportError, AttributeError, subprocess.SubprocessError) as error:
+        _unavailable(f"{type(error).__name__}: {error}")
+        return None
 
 
 def _unavailable(reason: str) -> None:
@@ -97,5 +92,5 @@ def _unavailable(reason: str) -> None:
 
 
 def unavailable_reason() -> str | None:
-    """Why the reader never loaded (None: it loaded, or is still building, or was not asked for)."""
+    """Why the reader did not load (None: it loaded, or was not asked for)."""
     return _reason
