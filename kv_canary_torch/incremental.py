@@ -139,6 +139,8 @@ class IncrementalWriter:
             array = np.asarray(array)
         except (TypeError, ValueError, RuntimeError):
             array = None
+        if array is not None and array.size == 0 and array.ndim == 1:
+            return  # [] infers float64; there is nothing to pack
         if (array is None or array.ndim != 1 or array.dtype.kind not in "iu"
                 or (array.dtype == np.uint64 and array.size and array.max() > np.iinfo(np.int64).max)):
             what = type(values).__name__ if array is None else f"shape {array.shape} and dtype {array.dtype.name}"
