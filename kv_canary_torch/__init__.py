@@ -2,6 +2,8 @@
 
 - ``launch_scatter_req_token_ids_kernel``: the drop-in launcher (``launcher``).
 - ``pack_token_ids``: per-request token lists -> ``(flat_in, offsets)`` (``packing``).
+- ``IncrementalWriter``: the incremental serving step, each request's new tokens at its
+  current length, one reused staging buffer, one copy, one launch (``incremental``).
 - ``BACKENDS``: the ``backend=`` choices (``backends``).
 
 Modules: ``checks`` (argument checks), ``backends`` (choosing one),
@@ -14,7 +16,8 @@ launch and the remembered-call path (``dispatch``), the C launcher
 """
 
 from kv_canary_torch.backends import BACKENDS
+from kv_canary_torch.incremental import IncrementalWriter
 from kv_canary_torch.launcher import launch_scatter_req_token_ids_kernel
 from kv_canary_torch.packing import pack_token_ids
 
-__all__ = ["BACKENDS", "launch_scatter_req_token_ids_kernel", "pack_token_ids"]
+__all__ = ["BACKENDS", "IncrementalWriter", "launch_scatter_req_token_ids_kernel", "pack_token_ids"]

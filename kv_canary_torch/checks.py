@@ -2,8 +2,12 @@
 
 Contract (the launcher calls these three; nothing is written by any):
 
-- ``fast_check(flat_in, offsets, req_pool_indices, pool_out) -> bool``: True
-  exactly when the four arguments are torch tensors that pass every check of
+Each takes ``start_cols=None`` last (the windowed write's first columns): when
+it is not None it is checked too, after the four, as ``shared_spec.checks``
+orders it; None leaves it out of the checks (and the messages) entirely.
+
+- ``fast_check(flat_in, offsets, req_pool_indices, pool_out, start_cols=None) -> bool``: True
+  exactly when the arguments are torch tensors that pass every check of
   ``shared_spec.checks.CHECK_ORDER``. One generated boolean expression
   (compiled once at import from ``TORCH_DIALECT`` by
   ``shared_spec.checks.compile_fast_check``): about two and a half
@@ -13,8 +17,9 @@ Contract (the launcher calls these three; nothing is written by any):
   ``kv_canary_arrays.describe`` describes them (None: every check passes),
   returned, not raised.
 - ``adopt_arguments(...)``: where ``fast_check`` is False, raises that error,
-  or, when every check passes (another framework's arrays), returns the four
-  arguments as torch tensors (``kv_canary_arrays.adopt``).
+  or, when every check passes (another framework's arrays), returns the five
+  arguments as torch tensors (``kv_canary_arrays.adopt``; ``start_cols`` None
+  stays None).
 
 Only where ``fast_check`` is False are the arguments described as
 ``ArrayView``/``NotAnArray`` for the spec's exact checker, which builds the
@@ -50,7 +55,7 @@ import torch
 
 from kv_canary_arrays import adopt
 from kv_canary_arrays.describe import TORCH, describe, torch_backed, torch_lazy_bit, torch_writable
-from shared_spec.arguments import ARGUMENT_NAMES, OUTPUT
+from shared_spec.arguments import ARGUMENT_NAMES, OUTPUT, START_COLS
 from shared_spec.checks import NO_MEMORY, Dialect, compile_fast_check, first_error, storage_problem_error
 
 TORCH_DIALECT = Dialect(
@@ -100,25 +105,33 @@ def is_inference(tensor: torch.Tensor) -> bool:
     return tensor.is_inference()
 
 
-# fast_check(flat_in, offsets, req_pool_indices, pool_out) -> bool; True exactly
+# fast_check(flat_in, offsets, req_pool_indices, pool_out, start_cols=None) -> bool; True exactly
 # when shared_spec.checks.first_error finds nothing.
 fast_check = compile_fast_check(TORCH_DIALECT)
 # The same under torch.compile, but for an inference pool outside inference mode (see the module docstring).
 compiled_fast_check = compile_fast_check(COMPILED_DIALECT)
 
 
-def argument_error(flat_in, offsets, req_pool_indices, pool_out) -> Exception | None:
+def _views(values, start_cols) -> dict:
+    """The arguments as ``shared_spec.checks`` views: the four, and ``start_cols`` only when it is not None."""
+    views = {name: describe(value, frontend=TORCH, written=name == OUTPUT) for name, value in zip(ARGUMENT_NAMES, values)}
+    if start_cols is not None:
+        views[START_COLS.name] = describe(start_cols, frontend=TORCH, written=False)
+    return views
+
+
+def argument_error(flat_in, offsets, req_pool_indices, pool_out, start_cols=None) -> Exception | None:
     """The spec's first argument error for these arguments (None: every check passes); raises nothing.
 
     Plain attribute reads and string formatting, so TorchDynamo traces it too
     (the launcher records the error into a compiled graph; see ``launcher``).
     """
-    values = (flat_in, offsets, req_pool_indices, pool_out)
-    return first_error({name: describe(value, frontend=TORCH, written=name == OUTPUT) for name, value in zip(ARGUMENT_NAMES, values)})
+    return first_error(_views((flat_in, offsets, req_pool_indices, pool_out), start_cols))
 
 
-def adopt_arguments(flat_in, offsets, req_pool_indices, pool_out) -> tuple[torch.Tensor, ...]:
-    """The slow path: raise the spec's first error, or return the arguments as torch tensors.
+def adopt_arguments(flat_in, offsets, req_pool_indices, pool_out, start_cols=None) -> tuple:
+    """The slow path: raise the spec's first error, or return the five arguments as torch tensors (``start_cols``
+    None stays None).
 
     Reached when ``fast_check`` is False: either a check fails (raised here with
     the spec's message, nothing written or copied), or some argument is another
@@ -130,22 +143,24 @@ def adopt_arguments(flat_in, offsets, req_pool_indices, pool_out) -> tuple[torch
     A JAX ``pool_out`` fails the writable check: JAX arrays are immutable.
     """
     values = (flat_in, offsets, req_pool_indices, pool_out)
-    error = argument_error(*values)
+    error = argument_error(*values, start_cols)
     if error is not None:
         raise error
-    if all(isinstance(value, torch.Tensor) for value in values):
+    if all(isinstance(value, torch.Tensor) for value in (*values, start_cols) if value is not None):
         # fast_check and first_error disagree: a bug in this module, never silently ignored.
         raise AssertionError("kv-canary: fast_check rejected arguments that first_error accepts")
     pool = adopt.torch_output(pool_out)
-    return (*(adopt.torch_input(value, pool.device) for value in values[:3]), pool)
+    window = None if start_cols is None else adopt.torch_input(start_cols, pool.device)
+    return (*(adopt.torch_input(value, pool.device) for value in values[:3]), pool, window)
 
 
-def require_memory(flat_in, offsets, req_pool_indices, pool_out) -> None:
+def require_memory(flat_in, offsets, req_pool_indices, pool_out, start_cols=None) -> None:
     """Raise the storage check's ``NO_MEMORY`` error for the first argument whose elements no memory holds.
 
     The memory part of the storage check alone (``torch_backed``), for a compiled graph's scatter node, which
-    runs on real tensors whose storage may have been freed since the graph was traced.
+    runs on real tensors whose storage may have been freed since the graph was traced; ``start_cols`` (None: none)
+    after the four, as the checks walk it.
     """
-    for name, tensor in zip(ARGUMENT_NAMES, (flat_in, offsets, req_pool_indices, pool_out)):
-        if not torch_backed(tensor):
+    for name, tensor in zip((*ARGUMENT_NAMES, START_COLS.name), (flat_in, offsets, req_pool_indices, pool_out, start_cols)):
+        if tensor is not None and not torch_backed(tensor):
             raise storage_problem_error(name, NO_MEMORY)

@@ -1,9 +1,12 @@
 """The public launcher: a drop-in for sglang's ``launch_scatter_req_token_ids_kernel``.
 
 Contract: keyword-only arguments, ``pool_out`` written in place, returns None.
-Errors are raised before anything is written, in this order:
+``start_cols`` (default None: sglang's call as it is) makes the call a windowed
+write (``shared_spec.reference``: request ``r`` writes from column
+``start_cols[r]``). Errors are raised before anything is written, in this order:
 
-1. the argument checks (``checks``: the spec's order and messages); JAX and
+1. the argument checks (``checks``: the spec's order and messages; ``start_cols``
+   checked after the four when given); JAX and
    numpy arrays are accepted (``kv_canary_arrays``: zero-copy through DLPack,
    one copy of a read-only argument DLPack cannot share), except as
    ``pool_out`` for JAX (immutable);
@@ -16,7 +19,7 @@ Errors are raised before anything is written, in this order:
 
 Eager calls go straight to ``op.run``; once a call's argument signature has
 passed steps 1 to 3 and launched through the Triton backend, the next eager
-calls with that signature and ``check_values=False`` are one C call each
+calls with that signature, ``check_values=False`` and no ``start_cols`` are one C call each
 (``launch.dispatch.call_bound``: the same checks' answer, remembered per
 signature, and the launch). The signature is what stays fixed from one
 serving step to the next (dtypes, ranks, strides, devices, the pool's shape,
@@ -65,6 +68,7 @@ def launch_scatter_req_token_ids_kernel(
     offsets: torch.Tensor,
     req_pool_indices: torch.Tensor,
     pool_out: torch.Tensor,
+    start_cols: torch.Tensor | None = None,
     check_values: bool = False,
     backend: str = "auto",
 ) -> None:
@@ -73,28 +77,36 @@ def launch_scatter_req_token_ids_kernel(
     For request ``r``: ``pool_out[req_pool_indices[r], j] = int32(flat_in[offsets[r] + j])``
     for ``j < min(offsets[r+1] - offsets[r], C)``, skipping rows outside the
     pool and tokens outside ``flat_in`` (full semantics: ``shared_spec.reference``).
+    ``start_cols`` (int64 ``[bs]`` on ``pool_out``'s device, or None): request ``r``
+    writes its tokens from column ``start_cols[r]`` instead of 0, columns past ``C`` dropped.
     ``backend``: ``"auto"`` (Triton for CUDA tensors, torch otherwise),
     ``"triton"``, ``"torch"``, or ``"pallas"`` (the JAX frontend's kernel on these
     tensors, for conformance). ``check_values=True`` also enforces the value
     rules of ``shared_spec.values`` (one host sync); it must be a bool.
     """
     if _is_compiling():
-        _compiled(flat_in, offsets, req_pool_indices, pool_out, check_values, backend)
+        _compiled(flat_in, offsets, req_pool_indices, pool_out, start_cols, check_values, backend)
         return
-    if check_values is False and dispatch.call_bound(backend, flat_in, offsets, req_pool_indices, pool_out):
+    # The C call path takes unwindowed calls alone (its signature and launch know four tensors).
+    if start_cols is None and check_values is False and dispatch.call_bound(backend, flat_in, offsets, req_pool_indices, pool_out):
         return
-    if not fast_check(flat_in, offsets, req_pool_indices, pool_out):
+    if not fast_check(flat_in, offsets, req_pool_indices, pool_out, start_cols):
         # A failing check raises here; another framework's arrays come back as tensors.
-        flat_in, offsets, req_pool_indices, pool_out = adopt_arguments(flat_in, offsets, req_pool_indices, pool_out)
-    implementation = _resolve(backend, pool_out, flat_in, offsets, req_pool_indices)
+        flat_in, offsets, req_pool_indices, pool_out, start_cols = adopt_arguments(
+            flat_in, offsets, req_pool_indices, pool_out, start_cols
+        )
+    if start_cols is None:
+        implementation = _resolve(backend, pool_out, flat_in, offsets, req_pool_indices)
+    else:
+        implementation = _resolve(backend, pool_out, flat_in, offsets, req_pool_indices, start_cols)
     if check_values is not False and check_values is not True:  # two identity tests on the hot path
         check_values = require_bool("check_values", check_values)
-    _run(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation)
-    if implementation == _TRITON and check_values is False:
+    _run(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation, start_cols)
+    if implementation == _TRITON and check_values is False and start_cols is None:
         dispatch.remember_call(backend, flat_in, offsets, req_pool_indices, pool_out)
 
 
-def _compiled(flat_in, offsets, req_pool_indices, pool_out, check_values, backend) -> None:
+def _compiled(flat_in, offsets, req_pool_indices, pool_out, start_cols, check_values, backend) -> None:
     """The launcher as TorchDynamo traces it: the same steps, errors recorded into the graph (``op.record_error``).
 
     Step 1 is ``compiled_fast_check``'s: every argument check but one, the
@@ -102,21 +114,24 @@ def _compiled(flat_in, offsets, req_pool_indices, pool_out, check_values, backen
     (``op.require_inference_mode``, put in for a pool that is an inference
     tensor; a later error is ordered after it).
     """
-    arguments = (flat_in, offsets, req_pool_indices, pool_out)
+    arguments = (flat_in, offsets, req_pool_indices, pool_out, start_cols)
     if not compiled_fast_check(*arguments):
         error = argument_error(*arguments)
         if error is not None:
             op.record_error(error)
             return
-        flat_in, offsets, req_pool_indices, pool_out = adopt_arguments(*arguments)
+        flat_in, offsets, req_pool_indices, pool_out, start_cols = adopt_arguments(*arguments)
     after = None
     if is_inference(pool_out):
         torch.ops.kv_canary.require_inference_mode(pool_out)
         after = pool_out
+    inputs = (flat_in, offsets, req_pool_indices) if start_cols is None else (flat_in, offsets, req_pool_indices, start_cols)
     try:
-        implementation = _resolve(backend, pool_out, flat_in, offsets, req_pool_indices)
+        implementation = _resolve(backend, pool_out, *inputs)
         check_values = require_bool("check_values", check_values)
     except (errors.KvCanaryTypeError, errors.KvCanaryValueError) as error:  # the spec's backend and flag errors
         op.record_error(error, after)
         return
-    torch.ops.kv_canary.scatter_req_token_ids(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation)
+    torch.ops.kv_canary.scatter_req_token_ids(
+        flat_in, offsets, req_pool_indices, pool_out, check_values, implementation, start_cols
+    )

@@ -1,13 +1,15 @@
 """The operation behind the launcher: one implementation function and its torch.library op.
 
 Contract: ``run(flat_in, offsets, req_pool_indices, pool_out, check_values,
-implementation)`` runs the checked mode when asked (which raises before
+implementation, start_cols=None)`` runs the checked mode when asked (which raises before
 anything is written) and then the named implementation (``"triton"``,
 ``"torch"`` or ``"pallas"``, already resolved by ``backends.resolve``), writing ``pool_out``
-in place. The argument checks have passed.
+in place. The argument checks have passed. Each implementation takes
+``(flat_in, offsets, req_pool_indices, pool_out, start_cols)``.
 
 ``scatter_req_token_ids`` is the same function registered as the custom op
-``kv_canary::scatter_req_token_ids`` (mutates ``pool_out``, returns nothing),
+``kv_canary::scatter_req_token_ids`` (mutates ``pool_out``, returns nothing;
+``start_cols`` a ``Tensor?``, last),
 with a fake implementation that does nothing, so ``torch.compile`` keeps the
 call in its graph as one opaque node (no graph break). The launcher calls
 ``run`` directly in eager mode -- custom-op dispatch costs host microseconds --
@@ -47,15 +49,15 @@ INFERENCE_QUALNAME = "kv_canary::require_inference_mode"
 # The exception classes a recorded error may have (raise_error refuses any other name).
 _ERROR_CLASSES = {cls.__name__: cls for cls in (errors.KvCanaryTypeError, errors.KvCanaryValueError)}
 
-# implementation name -> function(flat_in, offsets, req_pool_indices, pool_out)
+# implementation name -> function(flat_in, offsets, req_pool_indices, pool_out, start_cols)
 IMPLEMENTATIONS = {"triton": dispatch.launch, "torch": torch_backend.scatter, "pallas": pallas_backend.scatter}
 
 
-def run(flat_in, offsets, req_pool_indices, pool_out, check_values: bool, implementation: str) -> None:
+def run(flat_in, offsets, req_pool_indices, pool_out, check_values: bool, implementation: str, start_cols=None) -> None:
     """Checked mode (optional), then the implementation; see the module docstring."""
     if check_values:
-        _check_values(flat_in, offsets, req_pool_indices, pool_out)
-    IMPLEMENTATIONS[implementation](flat_in, offsets, req_pool_indices, pool_out)
+        _check_values(flat_in, offsets, req_pool_indices, pool_out, start_cols)
+    IMPLEMENTATIONS[implementation](flat_in, offsets, req_pool_indices, pool_out, start_cols)
 
 
 @torch.library.custom_op(OP_QUALNAME, mutates_args={"pool_out"})
@@ -66,18 +68,19 @@ def scatter_req_token_ids(
     pool_out: torch.Tensor,
     check_values: bool,
     implementation: str,
+    start_cols: Optional[torch.Tensor] = None,
 ) -> None:
     """``run`` as a torch.library op (what compiled graphs call), after the memory part of the storage check.
 
     A traced graph cannot guard whether memory still holds the tensors (``checks.require_memory``), so the node asks
     each time it runs; the eager launcher's checks have asked it already and call ``run`` directly.
     """
-    require_memory(flat_in, offsets, req_pool_indices, pool_out)
-    run(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation)
+    require_memory(flat_in, offsets, req_pool_indices, pool_out, start_cols)
+    run(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation, start_cols)
 
 
 @scatter_req_token_ids.register_fake
-def _(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation) -> None:
+def _(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation, start_cols=None) -> None:
     # Writes pool_out in place and returns nothing: no output metadata to describe.
     return None
 

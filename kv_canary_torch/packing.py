@@ -49,8 +49,9 @@ def _out_of_range(ids, array: np.ndarray) -> tuple[int, int] | None:
     return None
 
 
-def _as_ids(index: int, ids) -> np.ndarray:
-    """One request's ids as a 1-D int64 numpy array; KvCanaryValueError or KvCanaryTypeError otherwise."""
+def _as_ids(index: int, ids, where: str = errors.PACK_WHERE) -> np.ndarray:
+    """One request's ids as a 1-D int64 numpy array; KvCanaryValueError or KvCanaryTypeError otherwise (the
+    messages name ``where``, the caller and its argument)."""
     kind = type(ids).__name__
     if isinstance(ids, torch.Tensor):
         ids = ids.detach().cpu().numpy()
@@ -63,11 +64,11 @@ def _as_ids(index: int, ids) -> np.ndarray:
         if found is not None:
             position, value = found
             raise errors.value_error(
-                errors.PACK_OUT_OF_RANGE, index=index, position=position, value=value, low=INT64.min, high=INT64.max
+                errors.PACK_OUT_OF_RANGE, where=where, index=index, position=position, value=value, low=INT64.min, high=INT64.max
             )
     if array is None or array.ndim != 1 or (array.dtype.kind not in "iu" and array.size > 0):
         what = kind if array is None else f"{kind} of shape {array.shape} and dtype {array.dtype.name}"
-        raise errors.type_error(errors.PACK_NOT_TOKEN_IDS, index=index, what=what)
+        raise errors.type_error(errors.PACK_NOT_TOKEN_IDS, where=where, index=index, what=what)
     return array.astype(np.int64, copy=False)
 
 

@@ -11,8 +11,8 @@ Contract:
   never JAX's ``implementation=``/``interpret=``, which the launcher does not
   have); None when one can. It imports the JAX frontend (and JAX), reads no
   data, and is what ``backends.resolve`` caches per device type.
-- ``scatter(flat_in, offsets, req_pool_indices, pool_out)``: writes the same
-  cells as every other backend into ``pool_out`` (the argument checks have
+- ``scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols=None)``: writes the same
+  cells as every other backend into ``pool_out`` (``start_cols`` passed on as the JAX frontend's ``start_cols=``) (the argument checks have
   passed; ``backends.resolve`` has found a kernel that runs), with the first of
   ``kernels`` that runs, as JAX's default picks it.
 
@@ -109,7 +109,8 @@ def _cause(name: str) -> str:
     return errors.PALLAS_BACKEND_NEEDS_HOPPER.format(capability="unknown" if capability is None else "{}.{}".format(*capability))
 
 
-def scatter(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch.Tensor, pool_out: torch.Tensor) -> None:
+def scatter(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch.Tensor, pool_out: torch.Tensor,
+            start_cols: torch.Tensor | None = None) -> None:
     """Run JAX's default Pallas kernel for these tensors' device on them and leave the result in ``pool_out``."""
     from kv_canary_jax import scatter_req_token_ids
 
@@ -118,5 +119,8 @@ def scatter(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torc
         # A strided view (a column slice of a wider pool) or an unaligned slice is
         # copied to cross; this backend copies the pool anyway.
         arrays = [adopt.jax_input(t) for t in (flat_in, offsets, req_pool_indices, pool_out)]
-        result = scatter_req_token_ids(*arrays, implementation=kernels(device_type), interpret=RUNS_ON[device_type][1])
+        # start_cols only when given: a JAX frontend without the keyword keeps its unwindowed calls
+        window = {} if start_cols is None else {"start_cols": adopt.jax_input(start_cols)}
+        result = scatter_req_token_ids(*arrays, **window, implementation=kernels(device_type),
+                                       interpret=RUNS_ON[device_type][1])
         pool_out.copy_(bridge.to_torch(result))

@@ -1,6 +1,6 @@
 """The vectorized torch backend: the same semantics in a handful of tensor ops.
 
-Contract: ``scatter(flat_in, offsets, req_pool_indices, pool_out)`` writes
+Contract: ``scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols=None)`` writes
 exactly the cells ``shared_spec.reference`` writes, for any int64 values, on
 any device torch runs on, with no Python loop over requests or tokens. The
 arguments have passed the argument checks.
@@ -10,13 +10,14 @@ to write (the last of ``cumsum(counts)``) sizes the index tensors. On the CPU th
 plain read; on CUDA it waits for the stream, so this path cannot be captured
 in a CUDA graph (the Triton backend can).
 
-Math, per request ``r``: the spec's window ``(base, lo, hi)`` from
-``shared_spec.reference.written_columns`` (the request writes exactly columns
-``lo <= j < hi``, reading ``flat_in[base + j]``; every quantity is small, so
-nothing overflows), ``hi`` set to 0 where the row is outside ``[0, R)``, and
-``cnt = max(hi - lo, 0)``. Every written cell is then enumerated once: ``req``
-repeats ``r`` ``cnt[r]`` times, ``j = lo[req] + (k - first[req])`` for the k-th
-cell, and ``pool_out[row[req], j] = int32(flat_in[base[req] + j])`` (the
+Math, per request ``r``: the spec's window ``(base, lo, hi, shift)`` from
+``shared_spec.reference.windowed_columns`` (the request writes exactly columns
+``shift + j`` for ``lo <= j < hi``, reading ``flat_in[base + j]``; ``shift`` is 0
+without ``start_cols``; every quantity is small, so nothing overflows), ``hi``
+set to 0 where the row is outside ``[0, R)``, and ``cnt = max(hi - lo, 0)``.
+Every written cell is then enumerated once: ``req`` repeats ``r`` ``cnt[r]``
+times, ``j = lo[req] + (k - first[req])`` for the k-th cell, and
+``pool_out[row[req], shift[req] + j] = int32(flat_in[base[req] + j])`` (the
 conversion keeps the low 32 bits) in one ``index_put_``.
 
 Memory: the enumeration costs about 55 bytes a cell, and the cells written
@@ -41,7 +42,7 @@ from __future__ import annotations
 import torch
 
 from shared_spec import errors
-from shared_spec.reference import written_columns
+from shared_spec.reference import windowed_columns
 
 # Cells a chunk may hold however small the arguments: 2**18 cells is about
 # 14 MB of temporaries, enough that the per-chunk cost (a few small kernels and
@@ -54,14 +55,15 @@ def chunk_cells(n_tokens: int, n_rows: int, width: int, bs: int) -> int:
     return max(n_rows * width, n_tokens, bs, MIN_CHUNK_CELLS)
 
 
-def scatter(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch.Tensor, pool_out: torch.Tensor) -> None:
+def scatter(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch.Tensor, pool_out: torch.Tensor,
+            start_cols: torch.Tensor | None = None) -> None:
     """Write the requests' token ids into ``pool_out`` in place; see the module docstring.
 
-    Under ``torch.func.vmap`` a batched ``offsets`` or ``req_pool_indices`` is refused with the spec's
-    backend-unavailable error (``errors.TORCH_VMAP_BATCHED_SEGMENTS``) before anything is written: the host sync
-    above is a read vmap cannot do of a batched count.
+    Under ``torch.func.vmap`` a batched ``offsets``, ``req_pool_indices`` or ``start_cols`` is refused with the
+    spec's backend-unavailable error (``errors.TORCH_VMAP_BATCHED_SEGMENTS``) before anything is written: the host
+    sync above is a read vmap cannot do of a batched count.
     """
-    if _batched(offsets) or _batched(req_pool_indices):
+    if _batched(offsets) or _batched(req_pool_indices) or (start_cols is not None and _batched(start_cols)):
         raise errors.unavailable_error("backend", "torch", errors.TORCH_VMAP_BATCHED_SEGMENTS)
     bs = req_pool_indices.shape[0]
     n_rows, width = pool_out.shape
@@ -69,7 +71,7 @@ def scatter(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torc
     if bs == 0 or n_tokens == 0 or n_rows == 0 or width == 0:
         return
     rows = req_pool_indices
-    base, lo, hi = written_columns(offsets[:-1], offsets[1:], width, n_tokens, xp=torch)
+    base, lo, hi, shift = windowed_columns(offsets[:-1], offsets[1:], start_cols, width, n_tokens, xp=torch)
     hi = torch.where((rows >= 0) & (rows < n_rows), hi, 0)
     counts = (hi - lo).clamp_min(0)
     ends = torch.cumsum(counts, 0)
@@ -78,14 +80,15 @@ def scatter(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torc
         return
     cap = chunk_cells(n_tokens, n_rows, width, bs)
     if total <= cap:
-        _write(flat_in, pool_out, rows, base, lo, counts, ends, total)
+        _write(flat_in, pool_out, rows, base, lo, shift, counts, ends, total)
         return
     host_ends = ends.cpu()  # the second sync: bs ints, to cut the batch
     bounds = _chunk_bounds(host_ends, cap)
     for start, stop in zip(bounds[:-1], bounds[1:]):
         done = int(host_ends[start - 1]) if start > 0 else 0
         part = slice(start, stop)
-        _write(flat_in, pool_out, rows[part], base[part], lo[part], counts[part], ends[part] - done, int(host_ends[stop - 1]) - done)
+        _write(flat_in, pool_out, rows[part], base[part], lo[part], shift[part], counts[part], ends[part] - done,
+               int(host_ends[stop - 1]) - done)
 
 
 def _batched(tensor: torch.Tensor) -> bool:
@@ -110,10 +113,10 @@ def _chunk_bounds(ends: torch.Tensor, cap: int) -> list[int]:
     return bounds
 
 
-def _write(flat_in, pool_out, rows, base, lo, counts, ends, total: int) -> None:
+def _write(flat_in, pool_out, rows, base, lo, shift, counts, ends, total: int) -> None:
     """One ``index_put_`` of the ``total`` cells of these requests (``ends``: their cumulative counts from 0)."""
     request = torch.repeat_interleave(counts, output_size=total)
     first = ends - counts
-    columns = torch.arange(total, device=counts.device) - first[request] + lo[request]
-    tokens = base[request] + columns
-    pool_out.index_put_((rows[request], columns), flat_in[tokens].to(torch.int32))
+    j = torch.arange(total, device=counts.device) - first[request] + lo[request]
+    tokens = base[request] + j
+    pool_out.index_put_((rows[request], shift[request] + j), flat_in[tokens].to(torch.int32))

@@ -19,6 +19,19 @@ Math of the strided kernel (one program per (request ``r``, column lane ``p``); 
         j = tile + [0, BLOCK)
         where lo <= j < hi:  pool_out[row, j] = int32(flat_in[base + j])   (low 32 bits)
 
+Windowed (``WINDOWED``, ``start_cols`` given; ``s = start_cols[r]``, one more scalar load)::
+
+    base, lo, hi, shift = shared_spec.reference.windowed_columns(start, end, s, C, N), transcribed:
+             shift = clip(s, 0, C); where s < 0 the request starts at start - s (empty where
+             that passes 2**63 - 1), then written_columns(start', end, C - shift, N)
+             -- in order with s >= 0 (0 <= start <= end <= N): base = start, lo = 0,
+             hi = min(end - start, C - shift)
+    the same tiles over j, with the pool row's address moved by shift columns:
+        where lo <= j < hi:  pool_out[row, shift + j] = int32(flat_in[base + j])
+
+``WINDOWED`` False compiles the kernels as they are without it: ``start_cols_ptr`` and
+``start_cols_stride`` are then None (Triton makes a None argument a constexpr: no parameter, no load).
+
 All int64 arithmetic is per program, on scalars; the per-element work is the
 int32 compares of a load mask and a store mask and two address computations (int64 only when ``WIDE``: a
 column index times a stride could pass 2**31), without the stride multiplies
@@ -84,6 +97,29 @@ def clipped_window(start, end, width, n_tokens):
     return base, lo, hi
 
 
+# 2**63 - 1: a start moved past it by a negative first column lies past every N (windowed_columns).
+INT64_MAX: tl.constexpr = tl.constexpr(2**63 - 1)
+
+
+@triton.jit
+def windowed_window(start, end, first_col, width, n_tokens):
+    """``(base, lo, hi, shift)`` of a windowed request for any int64 ``start``, ``end``, ``first_col`` (``s``):
+    ``shared_spec.reference.windowed_columns`` transcribed, exact in wrapping int64; an in-order window with ``s >=
+    0`` takes the short branch (``base = start``, ``lo = 0``, ``hi = min(end - start, C - shift)``)."""
+    shift = tl.minimum(tl.maximum(first_col, 0), width)
+    if in_order(start, end, n_tokens) & (first_col >= 0):
+        base, lo, hi = ordered_window(start, end, width - shift)
+    else:
+        behind = first_col < 0
+        back = tl.where(behind, first_col, 0)
+        past = behind & (start > INT64_MAX + back)  # start - s > 2**63 - 1; the sum lies in [-1, 2**63 - 1]
+        moved = tl.where(behind & ~past, start - back, start)
+        base, lo, hi = clipped_window(moved, end, width - shift, n_tokens)
+        lo = tl.where(past, 0, lo)
+        hi = tl.where(past, 0, hi)
+    return base, lo, hi, shift
+
+
 @triton.jit
 def request_window(request, offsets_ptr, rows_ptr, n_tokens, n_rows, width, offsets_stride, rows_stride):
     """``(row_ok, row, base, lo, hi)`` of request ``request``, on int64 scalars (the module docstring's math).
@@ -99,6 +135,18 @@ def request_window(request, offsets_ptr, rows_ptr, n_tokens, n_rows, width, offs
         base, lo, hi = clipped_window(start, end, width, n_tokens)
     hi = tl.where(row_ok, hi, 0)
     return row_ok, row, base, lo, hi
+
+
+@triton.jit
+def request_windowed(request, offsets_ptr, rows_ptr, start_cols_ptr, n_tokens, n_rows, width, offsets_stride,
+                     rows_stride, start_cols_stride):
+    """``(row_ok, row, base, lo, hi, shift)`` of windowed request ``request`` (``windowed_window``), ``hi`` 0 for a
+    row outside ``[0, R)`` as in ``request_window``."""
+    row_ok, row, start, end = request_scalars(request, offsets_ptr, rows_ptr, n_rows, offsets_stride, rows_stride)
+    first_col = tl.load(start_cols_ptr + request * start_cols_stride)
+    base, lo, hi, shift = windowed_window(start, end, first_col, width, n_tokens)
+    hi = tl.where(row_ok, hi, 0)
+    return row_ok, row, base, lo, hi, shift
 
 
 # Nothing is specialized on integer values: N, R and C change from call to call
@@ -125,12 +173,15 @@ def scatter_req_token_ids_kernel(
     rows_stride,
     stride_row,
     stride_col,
+    start_cols_ptr,  # *int64, bs first columns, element stride start_cols_stride; None unless WINDOWED
+    start_cols_stride,  # None unless WINDOWED (a stride of 1 Triton specializes to a constant)
     BLOCK: tl.constexpr,  # columns per tile
     WIDE: tl.constexpr,  # column offsets need int64 (C * stride or C + lanes * BLOCK >= 2**31)
     STREAM: tl.constexpr,  # streaming cache hints: each byte is touched once
     UNIT: tl.constexpr,  # flat_stride == stride_col == 1: addresses are a base plus the lane's offsets
     DENSE: tl.constexpr,  # offsets_stride == rows_stride == 1: the request's scalars at request and request + 1
     ONE: tl.constexpr,  # lanes * BLOCK >= min(C, N): a window from column 0 gives each lane one tile at most
+    WINDOWED: tl.constexpr,  # start_cols given: the window shifted per request (module docstring)
 ):
     # bs on axis 0: up to 2**31 - 1 programs (axes 1 and 2 stop at 65535).
     request = tl.program_id(0).to(tl.int64)
@@ -139,9 +190,22 @@ def scatter_req_token_ids_kernel(
         rows_stride = 1
     start = tl.load(offsets_ptr + request * offsets_stride)
     end = tl.load(offsets_ptr + (request + 1) * offsets_stride)
+    if WINDOWED:
+        first_col = tl.load(start_cols_ptr + request * start_cols_stride)
+        # The usual windowed call (s >= 0, in order) as the unwindowed one's short branch on C - shift columns of
+        # the row moved by shift: a few scalar ops more. Any other one through windowed_window's exact math.
+        shift = tl.minimum(tl.maximum(first_col, 0), width)
+        if in_order(start, end, n_tokens) & (first_col >= 0):
+            lanes_copy(flat_in_ptr, rows_ptr + request * rows_stride, n_rows, shifted(pool_ptr, shift, stride_col, UNIT),
+                       stride_row, start, start - start, tl.minimum(end - start, width - shift), flat_stride,
+                       stride_col, BLOCK, WIDE, STREAM, UNIT, True, ONE)
+        else:
+            base, lo, hi, shift = windowed_window(start, end, first_col, width, n_tokens)
+            lanes_copy(flat_in_ptr, rows_ptr + request * rows_stride, n_rows, shifted(pool_ptr, shift, stride_col, UNIT),
+                       stride_row, base, lo, hi, flat_stride, stride_col, BLOCK, WIDE, STREAM, UNIT, False, False)
     # Two copies of the tile loop: the usual window starts at column 0 (no lower bound to mask, no division to
     # find the first tile, and one tile per lane where ONE), any other one is clipped first.
-    if in_order(start, end, n_tokens):
+    elif in_order(start, end, n_tokens):
         base, lo, hi = ordered_window(start, end, width)
         lanes_copy(flat_in_ptr, rows_ptr + request * rows_stride, n_rows, pool_ptr, stride_row, base, lo, hi,
                    flat_stride, stride_col, BLOCK, WIDE, STREAM, UNIT, True, ONE)
@@ -149,6 +213,17 @@ def scatter_req_token_ids_kernel(
         base, lo, hi = clipped_window(start, end, width, n_tokens)
         lanes_copy(flat_in_ptr, rows_ptr + request * rows_stride, n_rows, pool_ptr, stride_row, base, lo, hi,
                    flat_stride, stride_col, BLOCK, WIDE, STREAM, UNIT, False, False)
+
+
+@triton.jit
+def shifted(pool_ptr, shift, stride_col, UNIT: tl.constexpr):
+    """The pool pointer moved ``shift`` columns (int64), without the multiply where ``UNIT``: where the pool's column
+    ``j`` of a window starts."""
+    if UNIT:
+        moved = pool_ptr + shift
+    else:
+        moved = pool_ptr + shift * stride_col
+    return moved
 
 
 @triton.jit
@@ -237,18 +312,22 @@ def scatter_req_token_ids_tiled_kernel(
     offsets_stride,
     rows_stride,
     stride_row,
+    start_cols_ptr,  # *int64, bs first columns, element stride start_cols_stride; None unless WINDOWED
+    start_cols_stride,  # None unless WINDOWED
     BLOCK: tl.constexpr,  # cells per tile
     DENSE: tl.constexpr,  # offsets_stride == rows_stride == 1, as in the strided kernel
+    WINDOWED: tl.constexpr,  # start_cols given (module docstring): the row's cells from column shift
 ):
     """The same cells as ``scatter_req_token_ids_kernel``, for contiguous ``flat_in`` and pool rows: one program per aligned tile.
 
     Math (program ``(r, t)``; the window ``(row_ok, row, base, lo, hi)`` of
-    request ``r`` as in the module docstring; ``row_off = row * stride_row``)::
+    request ``r`` as in the module docstring; ``row_off = row * stride_row + shift``, ``shift`` 0 unless
+    ``WINDOWED``: the flat offset of the window's column ``j = 0``)::
 
         cell = (floor((row_off + lo) / BLOCK) + t) * BLOCK   -- a multiple of BLOCK
         col  = cell - row_off                                 -- the tile's first column
-        cells cell + [0, BLOCK) are columns col + [0, BLOCK) of the row:
-        where lo <= j < hi:  pool_out[row, j] = int32(flat_in[base + j])
+        cells cell + [0, BLOCK) are columns shift + col + [0, BLOCK) of the row:
+        where lo <= j < hi:  pool_out[row, shift + j] = int32(flat_in[base + j])
 
     The tiles are aligned to ``BLOCK`` in the pool's flat element offsets, not
     in the row's columns (sglang's pools are ``context + 1`` wide, so rows
@@ -282,9 +361,15 @@ def scatter_req_token_ids_tiled_kernel(
     if DENSE:  # the strides as literals: no multiply before the scalar loads
         offsets_stride = 1
         rows_stride = 1
-    row_ok, row, base, lo, hi = request_window(request, offsets_ptr, rows_ptr, n_tokens, n_rows, width, offsets_stride,
-                                               rows_stride)
-    row_off = tl.where(row_ok, row, 0) * stride_row
+    if WINDOWED:
+        row_ok, row, base, lo, hi, shift = request_windowed(request, offsets_ptr, rows_ptr, start_cols_ptr, n_tokens,
+                                                            n_rows, width, offsets_stride, rows_stride,
+                                                            start_cols_stride)
+        row_off = tl.where(row_ok, row, 0) * stride_row + shift
+    else:
+        row_ok, row, base, lo, hi = request_window(request, offsets_ptr, rows_ptr, n_tokens, n_rows, width,
+                                                   offsets_stride, rows_stride)
+        row_off = tl.where(row_ok, row, 0) * stride_row
     cell = tl.multiple_of(((row_off + lo) // BLOCK + tl.program_id(1)) * BLOCK, BLOCK)  # row_off + lo >= 0
     col = cell - row_off
     if (col >= lo) & (col + BLOCK <= hi):

@@ -1,14 +1,14 @@
 """The checked mode (``check_values=True``) for torch tensors.
 
-Contract: ``check_values(flat_in, offsets, req_pool_indices, pool_out)`` raises
-the spec's first value violation (``shared_spec.values``, same rules, same
-messages) or returns None; it writes nothing. It copies ``offsets`` and
-``req_pool_indices`` to the host, so on CUDA it waits for the stream (a
+Contract: ``check_values(flat_in, offsets, req_pool_indices, pool_out,
+start_cols=None)`` raises the spec's first value violation (``shared_spec.values``,
+same rules, same messages; rule 6 only with ``start_cols``) or returns None; it
+writes nothing. It copies ``offsets``, ``req_pool_indices`` (and ``start_cols``) to the host, so on CUDA it waits for the stream (a
 documented sync: the checked mode is for debugging and tests, not the hot path,
 and cannot be captured in a CUDA graph).
 
 Inside ``torch.func`` transforms (``vmap``, ``grad``, ``functionalize``, nested
-in any order) the two tensors are wrappers without memory of their own: each
+in any order) the tensors are wrappers without memory of their own: each
 is unwrapped (``host_examples``) to the plain tensor beneath, read with the
 transforms switched off, and, where ``vmap`` batches it, cut into its
 examples. The rules then run per example, in example order (the outermost
@@ -27,14 +27,23 @@ from shared_spec import errors
 from shared_spec.values import raise_first_value_error
 
 
-def check_values(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch.Tensor, pool_out: torch.Tensor) -> None:
+def check_values(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch.Tensor, pool_out: torch.Tensor,
+                 start_cols: torch.Tensor | None = None) -> None:
     """Raise the first violated value rule of the checked mode (host copy; a sync on CUDA)."""
     n_tokens, n_rows = flat_in.shape[0], pool_out.shape[0]
     if not torch._C._are_functorch_transforms_active():
-        raise_first_value_error(offsets.detach().cpu().numpy(), req_pool_indices.detach().cpu().numpy(), n_tokens, n_rows)
+        window = None if start_cols is None else start_cols.detach().cpu().numpy()
+        raise_first_value_error(offsets.detach().cpu().numpy(), req_pool_indices.detach().cpu().numpy(), n_tokens, n_rows,
+                                window)
         return
-    for example_offsets, example_rows in zip(*host_examples({"offsets": offsets, "req_pool_indices": req_pool_indices})):
-        raise_first_value_error(example_offsets, example_rows, n_tokens, n_rows)
+    tensors = {"offsets": offsets, "req_pool_indices": req_pool_indices}
+    if start_cols is not None:
+        tensors["start_cols"] = start_cols
+    examples = host_examples(tensors)
+    if start_cols is None:
+        examples.append([None] * len(examples[0]))
+    for example_offsets, example_rows, example_start_cols in zip(*examples):
+        raise_first_value_error(example_offsets, example_rows, n_tokens, n_rows, example_start_cols)
 
 
 def host_examples(tensors: dict[str, torch.Tensor]) -> list[np.ndarray]:

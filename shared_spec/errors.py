@@ -69,6 +69,7 @@ NO_MEMORY = (
 WRONG_RANK = PREFIX + " {arg} must be {rank}-D, got shape {shape}"
 WRONG_DTYPE = PREFIX + " {arg} must be {dtype}, got {got}"
 OFFSETS_LENGTH = PREFIX + " offsets length {length} != bs+1 ({expected})"
+START_COLS_LENGTH = PREFIX + " start_cols length {length} != bs ({bs})"
 TOO_MANY_REQUESTS = PREFIX + " req_pool_indices has {bs} requests, more than the {limit} one call takes; split the batch"
 DEVICE_MISMATCH = PREFIX + " {arg} is on {device} but pool_out is on {pool_device}; all arrays must be on one device"
 # pool_out is host data (a numpy array, for the JAX frontend), which goes to the device the other arrays are on.
@@ -100,6 +101,7 @@ OFFSETS_DECREASING = PREFIX + " offsets must be non-decreasing, got offsets[{i}]
 OFFSETS_END = PREFIX + " offsets[bs] must be <= len(flat_in) ({n}), got {value}"
 ROW_OUT_OF_RANGE = PREFIX + " req_pool_indices[{i}]={row} is outside [0, {rows})"
 ROW_REPEATED = PREFIX + " req_pool_indices[{j}]={row} repeats req_pool_indices[{i}]"
+START_COLS_NEGATIVE = PREFIX + " start_cols[{i}] must be >= 0, got {value}"
 
 # Choosing a backend ("backend=" in torch, "implementation=" in JAX).
 UNKNOWN_CHOICE = PREFIX + " unknown {option} {name!r}; expected one of {choices}"
@@ -173,18 +175,41 @@ TORCH_FUNC_TRANSFORMED = (
     "do not have; pass backend='torch' (or 'auto', which runs it there)"
 )
 # Reason for CHOICE_UNAVAILABLE (backend="torch", or "auto" which runs it, under torch.func.vmap with batched
-# offsets or req_pool_indices: each example writes its own number of cells, which the torch path sizes on the host).
+# offsets, req_pool_indices or start_cols: each example writes its own number of cells, which the torch path sizes on
+# the host).
 TORCH_VMAP_BATCHED_SEGMENTS = (
-    "under torch.func.vmap, a batched offsets or req_pool_indices gives each example its own number of cells to "
+    "under torch.func.vmap, a batched offsets, req_pool_indices or start_cols gives each example its own number of cells to "
     "write, which this path counts on the host; vmap over pool_out and flat_in only, or call once per example"
 )
-# pack_token_ids: one request's token ids are not a 1-D sequence of integers.
+# pack_token_ids (and IncrementalWriter.step, whose argument is new_tokens): one request's token ids are not a 1-D
+# sequence of integers. {where} is PACK_WHERE or INCREMENTAL_WHERE (the caller and its argument).
 PACK_NOT_TOKEN_IDS = (
-    "kv-canary: pack_token_ids token_lists[{index}] must be a 1-D sequence of integers, got {what}"
+    "kv-canary: {where}[{index}] must be a 1-D sequence of integers, got {what}"
 )
-# pack_token_ids: a token id that no int64 holds ({low} and {high} are the int64 bounds).
+# The same callers: a token id that no int64 holds ({low} and {high} are the int64 bounds).
 PACK_OUT_OF_RANGE = (
-    "kv-canary: pack_token_ids token_lists[{index}][{position}] = {value} is outside the int64 range [{low}, {high}]"
+    "kv-canary: {where}[{index}][{position}] = {value} is outside the int64 range [{low}, {high}]"
+)
+PACK_WHERE = "pack_token_ids token_lists"
+# IncrementalWriter (kv_canary_torch/incremental.py): a step beyond the capacity its buffers reserve, or whose
+# per-request sequences disagree in length.
+INCREMENTAL_WHERE = "IncrementalWriter.step {arg}"  # new_tokens, rows or start_cols
+INCREMENTAL_TOO_MANY_REQUESTS = (
+    "kv-canary: IncrementalWriter.step got {bs} requests, more than the {limit} it reserves (max_requests); "
+    "make the writer with a larger max_requests, or split the step"
+)
+INCREMENTAL_TOO_MANY_TOKENS = (
+    "kv-canary: IncrementalWriter.step got {count} new tokens, more than the {limit} it reserves (max_new_tokens); "
+    "make the writer with a larger max_new_tokens, or split the step"
+)
+INCREMENTAL_LENGTHS = (
+    "kv-canary: IncrementalWriter.step {arg} has {length} entries, but new_tokens has {bs} requests"
+)
+INCREMENTAL_NOT_INTS = (
+    "kv-canary: IncrementalWriter.step {arg} must be a 1-D sequence of int64 integers, got {what}"
+)
+INCREMENTAL_CAPACITY = (
+    "kv-canary: IncrementalWriter {arg} must be an int >= 0, got {value!r}"
 )
 
 # JAX frontend

@@ -58,7 +58,8 @@ def written_columns(starts, ends, width: int, n_tokens: int, xp=np):
     n_tokens)``. Every kernel computes its per-request window this way.
     """
     n = segment_lengths(starts, ends, width, xp)
-    base = xp.clip(starts, -width, n_tokens)
+    # clip(starts, -width, n_tokens), spelled so that torch takes a per-request width (windowed_columns') too
+    base = xp.where(starts > n_tokens, n_tokens, xp.where(starts < -width, -width, starts))
     lo = xp.where(base < 0, -base, 0)
     hi = xp.where(base <= n_tokens - n, n, n_tokens - base)
     return base, lo, hi

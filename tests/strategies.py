@@ -83,3 +83,26 @@ def tile_batches(draw, block: int):
         width = -(-pool.shape[1] // block) * block
         pool = sentinel_pool(pool.shape[0], width, seed=draw(st.integers(0, 2**16)))
     return flat_in, offsets, rows, pool
+
+
+first_columns = st.one_of(
+    st.just(0),
+    st.integers(0, 8),  # appends at a short request's length
+    st.integers(-4, 40),  # before column 0 (a malformed value the op still defines), and at or past the width
+    st.sampled_from([INT64_MIN, INT64_MIN + 1, -1, 2**31, INT64_MAX - 1, INT64_MAX]),  # int64 extremes
+)
+
+
+@st.composite
+def windowed_batches(draw, **sizes):
+    """``(flat_in, offsets, req_pool_indices, pool_out, start_cols)``: ``batches`` with a first column per request.
+
+    Offsets sometimes take int64 extremes too, so that a negative first column moves a start past ``2**63 - 1``.
+    """
+    flat_in, offsets, rows, pool = draw(batches(**sizes))
+    if draw(st.integers(0, 5)) == 0 and offsets.shape[0] > 1:
+        index = draw(st.integers(0, offsets.shape[0] - 1))
+        offsets = offsets.copy()
+        offsets[index] = draw(st.sampled_from([INT64_MIN, INT64_MAX, INT64_MAX - 3, 2**62]))
+    start_cols = np.asarray(draw(st.lists(first_columns, min_size=rows.shape[0], max_size=rows.shape[0])), dtype=np.int64)
+    return flat_in, offsets, rows, pool, start_cols

@@ -77,7 +77,7 @@ def test_a_generator_of_requests():
 def test_entries_that_are_not_token_ids_are_refused(bad, what):
     with pytest.raises(errors.KvCanaryTypeError) as raised:
         pack_token_ids([[1], bad])
-    assert str(raised.value) == errors.PACK_NOT_TOKEN_IDS.format(index=1, what=what)
+    assert str(raised.value) == errors.PACK_NOT_TOKEN_IDS.format(where=errors.PACK_WHERE, index=1, what=what)
     assert str(raised.value).startswith("kv-canary: pack_token_ids token_lists[1] must be a 1-D sequence of integers, got ")
 
 
@@ -95,7 +95,7 @@ def test_packed_requests_feed_the_launcher(backend):
 
 
 def out_of_range(index, position, value) -> str:
-    return errors.PACK_OUT_OF_RANGE.format(index=index, position=position, value=value, low=INT64_MIN, high=INT64_MAX)
+    return errors.PACK_OUT_OF_RANGE.format(where=errors.PACK_WHERE, index=index, position=position, value=value, low=INT64_MIN, high=INT64_MAX)
 
 
 @pytest.mark.parametrize(

@@ -29,36 +29,63 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from kv_canary_torch import triton_kernel as k
 from kv_canary_torch.launch import plan as launch
+import re
 ints = ("n_tokens", "n_rows", "width", "flat_stride", "offsets_stride", "rows_stride", "stride_row", "stride_col")
+def params(ptx):  # the entry's parameter count
+    return len(re.findall(r"[.]param [.]", ptx.split(")", 1)[0]))
+def loads(ptx):
+    return ptx.count("ld.global")
 for int_type in ("i32", "i64"):
-    signature = dict(flat_in_ptr="*i64", offsets_ptr="*i64", rows_ptr="*i64", pool_ptr="*i32",
-                     **{name: int_type for name in ints}, **{name: "constexpr" for name in launch.LANES_CONSTEXPRS})
-    for block, warps, _, stream in (launch.SMALL, launch.LARGE):
-        multiplies = {}
-        for wide, unit, one in ((w, u, o) for w in (False, True) for u in (False, True) for o in (False, True)):
-            source = ASTSource(fn=k.scatter_req_token_ids_kernel, signature=signature,
-                               constexprs=dict(zip(launch.LANES_CONSTEXPRS, (block, wide, stream, unit, True, one))))
-            compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
-            ptx = compiled.asm["ptx"]
-            assert "st.global" in ptx
-            multiplies[wide, unit, one] = sum(line.split()[0].startswith(("mul.", "mad.")) for line in ptx.splitlines() if line.strip())
-        # UNIT: no stride multiply per element (each thread handles BLOCK / (32 * warps) of them, twice: load and store).
-        per_thread = block // (32 * warps)
-        assert all(multiplies[wide, False, one] - multiplies[wide, True, one] >= per_thread
-                   for wide in (False, True) for one in (False, True)), multiplies
+    for windowed in (False, True):
+        # Unwindowed, start_cols_ptr and its stride are None (constexprs, no parameter: the C launcher's layout);
+        # windowed, a pointer and a stride of 1 (which Triton specializes to a constant).
+        window = dict(start_cols_ptr="*i64", start_cols_stride="constexpr") if windowed else dict(
+            start_cols_ptr="constexpr", start_cols_stride="constexpr")
+        window_values = dict(start_cols_stride=1) if windowed else dict(start_cols_ptr=None, start_cols_stride=None)
+        signature = dict(flat_in_ptr="*i64", offsets_ptr="*i64", rows_ptr="*i64", pool_ptr="*i32",
+                         **{name: int_type for name in ints}, **window,
+                         **{name: "constexpr" for name in launch.LANES_CONSTEXPRS})
+        for block, warps, _, stream in (launch.SMALL, launch.LARGE):
+            multiplies = {}
+            for wide, unit, one in ((w, u, o) for w in (False, True) for u in (False, True) for o in (False, True)):
+                values = (block, wide, stream, unit, True, one, windowed)
+                source = ASTSource(fn=k.scatter_req_token_ids_kernel, signature=signature,
+                                   constexprs={**dict(zip(launch.LANES_CONSTEXPRS, values)), **window_values})
+                compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+                ptx = compiled.asm["ptx"]
+                assert "st.global" in ptx
+                # four pointers and the ints (then Triton's scratch pointers); windowed one pointer more
+                assert params(ptx) - 4 - len(ints) - windowed in (0, 1, 2), params(ptx)
+                multiplies[wide, unit, one] = sum(line.split()[0].startswith(("mul.", "mad.")) for line in ptx.splitlines() if line.strip())
+            # UNIT: no stride multiply per element (each thread handles BLOCK / (32 * warps) of them, twice: load and store).
+            per_thread = block // (32 * warps)
+            assert all(multiplies[wide, False, one] - multiplies[wide, True, one] >= per_thread
+                       for wide in (False, True) for one in (False, True)), multiplies
 # The tiled kernel (contiguous arguments, the LARGE shape): its tiles store 16 bytes at a time, edges included.
 tiled_ints = ("n_tokens", "n_rows", "width", "offsets_stride", "rows_stride", "stride_row")
+tiled_loads = {}
 for int_type in ("i32", "i64"):
-    signature = dict(flat_in_ptr="*i64", offsets_ptr="*i64", rows_ptr="*i64", pool_ptr="*i32",
-                     **{name: int_type for name in tiled_ints}, BLOCK="constexpr", DENSE="constexpr")
-    block, warps = launch.LARGE[0], launch.TILED_WARPS
-    aligned = {(3,): [["tt.divisibility", 16]]}  # the pool pointer 16-byte aligned, as Triton specializes it
-    source = ASTSource(fn=k.scatter_req_token_ids_tiled_kernel, signature=signature,
-                       constexprs={"BLOCK": block, "DENSE": True}, attrs=aligned)
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
-    ptx = compiled.asm["ptx"]
-    # Interior and edge tiles store 16-byte vectors; the one scalar store is the edge tiles' <= 6 end cells.
-    assert ptx.count("st.global.v4.b32") >= 2 * block // (32 * warps * 4) and ptx.count("st.global.b32") == 1, ptx.count("st.global.b32")
+    for windowed in (False, True):
+        window = dict(start_cols_ptr="*i64", start_cols_stride="constexpr") if windowed else dict(
+            start_cols_ptr="constexpr", start_cols_stride="constexpr")
+        window_values = dict(start_cols_stride=1) if windowed else dict(start_cols_ptr=None, start_cols_stride=None)
+        signature = dict(flat_in_ptr="*i64", offsets_ptr="*i64", rows_ptr="*i64", pool_ptr="*i32",
+                         **{name: int_type for name in tiled_ints}, **window, BLOCK="constexpr", DENSE="constexpr",
+                         WINDOWED="constexpr")
+        block, warps = launch.LARGE[0], launch.TILED_WARPS
+        aligned = {(3,): [["tt.divisibility", 16]]}  # the pool pointer 16-byte aligned, as Triton specializes it
+        source = ASTSource(fn=k.scatter_req_token_ids_tiled_kernel, signature=signature,
+                           constexprs={"BLOCK": block, "DENSE": True, "WINDOWED": windowed, **window_values}, attrs=aligned)
+        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+        ptx = compiled.asm["ptx"]
+        assert params(ptx) - 4 - len(tiled_ints) - windowed in (0, 1, 2), params(ptx)
+        tiled_loads[int_type, windowed] = loads(ptx)
+        if not windowed:
+            # Interior and edge tiles store 16-byte vectors; the one scalar store is the edge tiles' <= 6 end cells.
+            assert ptx.count("st.global.v4.b32") >= 2 * block // (32 * warps * 4) and ptx.count("st.global.b32") == 1, ptx.count("st.global.b32")
+        else:  # the row moved by shift cells has no known alignment: the stores are scalar, but they are stores
+            assert "st.global" in ptx
+    assert tiled_loads[int_type, True] == tiled_loads[int_type, False] + 1, tiled_loads  # the one more scalar load
 print("compiled")
 """
 

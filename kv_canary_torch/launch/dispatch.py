@@ -2,15 +2,18 @@
 
 Contract:
 
-- ``launch(flat_in, offsets, req_pool_indices, pool_out)`` enqueues the
-  kernel ``plan.plan`` names on the current stream of ``pool_out``'s device
-  and returns at once. The arguments have passed the argument checks. It
+- ``launch(flat_in, offsets, req_pool_indices, pool_out, start_cols=None)``
+  enqueues the kernel ``plan.plan`` names on the current stream of
+  ``pool_out``'s device and returns at once; with ``start_cols`` the
+  ``WINDOWED`` variant, always through Triton's generic launch (2. below takes
+  unwindowed calls alone). The arguments have passed the argument checks. It
   reads only shapes and strides (never data): no host-device sync, no
   allocation, so it is CUDA-graph capturable, and it launches nothing when no
   cell can be written.
 - ``call_bound(backend, flat_in, offsets, req_pool_indices, pool_out) -> bool``:
   the C call path (``native.c``'s ``call``) once it is configured, else
-  always False. True: the call was checked and launched.
+  always False. True: the call was checked and launched. Unwindowed calls
+  only: the launcher does not offer it a call with ``start_cols``.
 - ``remember_call(backend, ...)``: after a checked launch with
   ``check_values=False``, lets ``call_bound`` take the later calls whose
   arguments have the same signature.
@@ -88,29 +91,34 @@ def interpreted() -> bool:
     return kernel_module().INTERPRETED
 
 
-def plan_of(flat_in, offsets, req_pool_indices, pool_out) -> Plan:
+def plan_of(flat_in, offsets, req_pool_indices, pool_out, start_cols=None) -> Plan:
     """``plan.plan`` for these tensors' shapes, strides and device (-1 on the CPU: the interpreter)."""
     n_rows, width = pool_out.shape
     stride_row, stride_col = pool_out.stride()
     return launch_plan.plan(
         req_pool_indices.shape[0], flat_in.shape[0], n_rows, width, stride_row, stride_col,
-        flat_in.stride(0), offsets.stride(0), req_pool_indices.stride(0), pool_out.get_device(),
+        flat_in.stride(0), offsets.stride(0), req_pool_indices.stride(0), pool_out.get_device(), start_cols is not None,
     )
 
 
-def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch.Tensor, pool_out: torch.Tensor) -> None:
+def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch.Tensor, pool_out: torch.Tensor,
+           start_cols: torch.Tensor | None = None) -> None:
     """Enqueue the kernel; see the module docstring."""
-    plan = plan_of(flat_in, offsets, req_pool_indices, pool_out)
+    plan = plan_of(flat_in, offsets, req_pool_indices, pool_out, start_cols)
     if plan is NOTHING:
         return
     device = pool_out.get_device()
     pointers = (flat_in.data_ptr(), offsets.data_ptr(), req_pool_indices.data_ptr(), pool_out.data_ptr())
-    kernel = _kernels.get(plan.variant)
-    if kernel is not None and plan.small_ints and _may_launch(pointers, device):
-        if _c.launch(kernel, *plan.grid, _raw_stream(device), *pointers, *plan.ints):
-            return
+    if start_cols is None:
+        kernel = _kernels.get(plan.variant)
+        if kernel is not None and plan.small_ints and _may_launch(pointers, device):
+            if _c.launch(kernel, *plan.grid, _raw_stream(device), *pointers, *plan.ints):
+                return
+        window = (None, None)  # constexprs: the unwindowed kernel has neither parameter
+    else:
+        window = (start_cols, start_cols.stride(0))
     module = _module or kernel_module()
-    args = (flat_in, offsets, req_pool_indices, pool_out, *plan.ints)
+    args = (flat_in, offsets, req_pool_indices, pool_out, *plan.ints, *window)
     if plan.kernel == TILED:
         kernel, names = module.scatter_req_token_ids_tiled_kernel, TILED_CONSTEXPRS
     else:
@@ -122,8 +130,8 @@ def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch
         else:  # Triton launches on the current device: make it pool_out's
             with torch.cuda.device(device):
                 compiled = kernel[plan.grid](*args, **meta)
-    if (device >= 0 and compiled is not None and plan.variant not in _kernels and plan.small_ints
-            and _may_launch(pointers, device)):
+    if (start_cols is None and device >= 0 and compiled is not None and plan.variant not in _kernels
+            and plan.small_ints and _may_launch(pointers, device)):
         _bind(plan, compiled)  # now, so that this call's remember_call fills its slot
 
 
@@ -156,7 +164,7 @@ _signature = None  # the C module's signature(), once the call path is configure
 
 
 def remember_call(backend, flat_in, offsets, req_pool_indices, pool_out) -> None:
-    """After a checked launch with ``check_values=False``: let ``call_bound`` take the next calls with these arguments' signature.
+    """After a checked unwindowed launch with ``check_values=False``: let ``call_bound`` take the next calls with these arguments' signature.
 
     Arguments that are not exactly ``torch.Tensor``, or that the reader
     declines, have no signature. Every slot whose variant the C launcher has

@@ -33,6 +33,11 @@ Two kernels (``kv_canary_torch.triton_kernel``):
   that ``SMALL_CELLS`` guarantees it) and every ``LARGE`` one but batches of
   more than ``TARGET_PROGRAMS`` tiles.
 
+Both kernels take ``WINDOWED`` where the call passes ``start_cols`` (one more
+scalar load a program, the window shifted; ``windowed=True``): a variant of its
+own, which only Triton's generic launch takes (the C call path launches
+unwindowed calls alone), so it adds no slot.
+
 Both kernels take ``DENSE`` where ``offsets`` and ``req_pool_indices`` are
 contiguous (every serving step's): no stride multiply before their loads.
 ``UNIT`` and ``DENSE`` follow from strides, so they are fixed per argument
@@ -121,8 +126,8 @@ GRID_AXIS_1 = 65535
 INT32_END = 2**31
 TILED, LANES = "tiled", "lanes"
 # Each kernel's constexpr parameters, in the order of a plan's ``constexprs``.
-TILED_CONSTEXPRS = ("BLOCK", "DENSE")
-LANES_CONSTEXPRS = ("BLOCK", "WIDE", "STREAM", "UNIT", "DENSE", "ONE")
+TILED_CONSTEXPRS = ("BLOCK", "DENSE", "WINDOWED")
+LANES_CONSTEXPRS = ("BLOCK", "WIDE", "STREAM", "UNIT", "DENSE", "ONE", "WINDOWED")
 # The variants one argument signature can need, by slot: the lanes kernel with ONE
 # in the SMALL and LARGE shapes, each narrow and WIDE (0-3); the LARGE lanes kernel
 # with its loop, narrow and WIDE (4, 5); the tiled kernel (device, UNIT and DENSE
@@ -168,8 +173,12 @@ def tiled(shape, flat_stride: int, stride_col: int, bs: int, n_tokens: int, wind
     )
 
 
-def plan(bs, n_tokens, n_rows, width, stride_row, stride_col, flat_stride, offsets_stride, rows_stride, device) -> Plan:
-    """The launch of one call; see the module docstring."""
+def plan(bs, n_tokens, n_rows, width, stride_row, stride_col, flat_stride, offsets_stride, rows_stride, device,
+         windowed: bool = False) -> Plan:
+    """The launch of one call (``windowed``: it passes ``start_cols``); see the module docstring.
+
+    A windowed request writes at most as many columns as an unwindowed one (``hi - lo <= min(C - shift, N)``), so
+    the same grid covers it."""
     if bs == 0 or n_tokens == 0 or n_rows == 0 or width == 0:
         return NOTHING
     window = longest_window(width, n_tokens)
@@ -180,30 +189,30 @@ def plan(bs, n_tokens, n_rows, width, stride_row, stride_col, flat_stride, offse
     if tiled(shape, flat_stride, stride_col, bs, n_tokens, window, tiles):
         shape = (block, TILED_WARPS, target, stream)
         ints = (n_tokens, n_rows, width, offsets_stride, rows_stride, stride_row)
-        constexprs = (block, dense)
+        constexprs = (block, dense, windowed)
         return Plan((bs, tiles), ints, shape, constexprs, (device, TILED, shape, constexprs), max(*ints, bs) < INT32_END,
                     TILED, TILED_SLOT)
     lanes = min(cdiv(window, block), cdiv(target, bs))
     wide = width * max(stride_col, flat_stride, 1) >= INT32_END or width + lanes * block >= INT32_END
     one = lanes * block >= window
     ints = (n_tokens, n_rows, width, flat_stride, offsets_stride, rows_stride, stride_row, stride_col)
-    constexprs = (block, wide, stream, flat_stride == 1 and stride_col == 1, dense, one)
+    constexprs = (block, wide, stream, flat_stride == 1 and stride_col == 1, dense, one, windowed)
     return Plan((bs, lanes), ints, shape, constexprs, (device, LANES, shape, constexprs), max(*ints, bs) < INT32_END,
                 LANES, 2 * (shape == LARGE) + wide if one else LOOP_SLOT + wide)
 
 
 def slot_variants(stride_col, flat_stride, offsets_stride, rows_stride, device) -> tuple[tuple, ...]:
     """The ``variant`` of each of the ``SLOTS`` slots for arguments of these strides on ``device``: what ``plan`` gives
-    every launch of one argument signature, whatever its ``N`` and ``bs`` (``plan(...).variant ==
+    unwindowed launch of one argument signature, whatever its ``N`` and ``bs`` (``plan(...).variant ==
     slot_variants(...)[plan(...).slot]``), so a signature's slots can be filled from kernels compiled for others."""
     unit, dense = flat_stride == 1 and stride_col == 1, offsets_stride == 1 and rows_stride == 1
     lanes = [
-        (shape, (shape[0], wide, shape[3], unit, dense, one))
+        (shape, (shape[0], wide, shape[3], unit, dense, one, False))
         for shape, one in ((SMALL, True), (LARGE, True), (LARGE, False)) for wide in (False, True)
     ]
     tiled_shape = (LARGE[0], TILED_WARPS, LARGE[2], LARGE[3])
     return (*((device, LANES, shape, constexprs) for shape, constexprs in lanes),
-            (device, TILED, tiled_shape, (LARGE[0], dense)))
+            (device, TILED, tiled_shape, (LARGE[0], dense, False)))
 
 
 def rule() -> tuple[int, ...]:
