@@ -160,8 +160,9 @@ for bs, width, n_tokens, flat_stride, kind in ((1024, 4097, 1024 * 4096, 1, laun
     assert plan.kernel == kind and plan.small_ints
     fn = k.scatter_req_token_ids_tiled_kernel if kind == launch_plan.TILED else k.scatter_req_token_ids_kernel
     constexpr_names = launch_plan.TILED_CONSTEXPRS if kind == launch_plan.TILED else launch_plan.LANES_CONSTEXPRS
-    names = [n for n in fn.arg_names if n not in pointers and n not in constexpr_names]
-    constexprs = dict(zip(constexpr_names, plan.constexprs))
+    window = ("start_cols_ptr", "start_cols_stride")  # None unwindowed: constants Triton folds away, no parameter
+    names = [n for n in fn.arg_names if n not in pointers and n not in constexpr_names and n not in window]
+    constexprs = dict(zip(constexpr_names, plan.constexprs), **dict.fromkeys(window))
     signature = dict(pointers, **{n: "i32" for n in names}, **{n: "constexpr" for n in constexprs})
     source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=aligned)
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": plan.shape[1]})
