@@ -27,7 +27,6 @@ CHECK_ORDER: tuple[str, ...] = (
     "dtype",  # int64, int64, int64, int32
     "offsets_length",  # len(offsets) == len(req_pool_indices) + 1
     "start_cols_length",  # len(start_cols) == len(req_pool_indices), when start_cols is given
-    "start_cols_length",  # len(start_cols) == len(req_pool_indices), when start_cols is given
     "requests",  # len(req_pool_indices) <= MAX_REQUESTS
     "device",  # each argument, in order, is on pool_out's device (where pool_out has none: the first argument's that has one)
     "writable",  # pool_out can be written in place (frontends that write in place)

@@ -69,6 +69,7 @@ NO_MEMORY = (
 WRONG_RANK = PREFIX + " {arg} must be {rank}-D, got shape {shape}"
 WRONG_DTYPE = PREFIX + " {arg} must be {dtype}, got {got}"
 OFFSETS_LENGTH = PREFIX + " offsets length {length} != bs+1 ({expected})"
+START_COLS_LENGTH = PREFIX + " start_cols length {length} != bs ({bs})"
 TOO_MANY_REQUESTS = PREFIX + " req_pool_indices has {bs} requests, more than the {limit} one call takes; split the batch"
 DEVICE_MISMATCH = PREFIX + " {arg} is on {device} but pool_out is on {pool_device}; all arrays must be on one device"
 # pool_out is host data (a numpy array, for the JAX frontend), which goes to the device the other arrays are on.
@@ -100,6 +101,7 @@ OFFSETS_DECREASING = PREFIX + " offsets must be non-decreasing, got offsets[{i}]
 OFFSETS_END = PREFIX + " offsets[bs] must be <= len(flat_in) ({n}), got {value}"
 ROW_OUT_OF_RANGE = PREFIX + " req_pool_indices[{i}]={row} is outside [0, {rows})"
 ROW_REPEATED = PREFIX + " req_pool_indices[{j}]={row} repeats req_pool_indices[{i}]"
+START_COLS_NEGATIVE = PREFIX + " start_cols[{i}] must be >= 0, got {value}"
 
 # Choosing a backend ("backend=" in torch, "implementation=" in JAX).
 UNKNOWN_CHOICE = PREFIX + " unknown {option} {name!r}; expected one of {choices}"
