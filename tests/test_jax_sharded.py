@@ -28,7 +28,7 @@ from kv_canary_jax import implementations, platforms, sharded  # noqa: E402
 from kv_canary_jax.api import scatter_req_token_ids  # noqa: E402
 from kv_canary_jax.sharded import scatter_req_token_ids_sharded  # noqa: E402
 from shared_spec import errors, scatter_reference  # noqa: E402
-from shared_spec.arguments import ARGUMENT_NAMES, OUTPUT  # noqa: E402
+from shared_spec.arguments import ARGUMENT_NAMES, OUTPUT, START_COLS  # noqa: E402
 from shared_spec.cases import ArrayData, PythonValue, load_cases  # noqa: E402
 from tests.contract import assert_same_pool  # noqa: E402
 from tests.profiles import property_settings  # noqa: E402
@@ -109,7 +109,12 @@ def sharded_fn(mesh=None, axis=None, implementation=None, interpret=False, **kw)
 
 
 def single_result(batch, implementation, interpret, check_values=False) -> np.ndarray:
-    out = scatter_req_token_ids(*single(*batch), implementation=implementation, interpret=interpret, check_values=check_values)
+    """The single-device call's pool; ``batch[4]``, where there is one, is ``start_cols``."""
+    flat_in, offsets, rows, pool, *window = single(*batch)
+    kw = {"start_cols": window[0]} if window else {}
+    out = scatter_req_token_ids(
+        flat_in, offsets, rows, pool, **kw, implementation=implementation, interpret=interpret, check_values=check_values
+    )
     return np.asarray(out)
 
 
@@ -123,8 +128,9 @@ def assert_sharded_like_single(batch, n, implementation, interpret, check_values
     """
     mesh = mesh_of(n)
     pool = jax.device_put(batch[3], row_sharding(mesh))
+    window = {"start_cols": batch[4]} if len(batch) > 4 else {}  # a windowed batch: start_cols replicated
     out = scatter_req_token_ids_sharded(
-        *batch[:3], pool, implementation=implementation, interpret=interpret, check_values=check_values
+        *batch[:3], pool, **window, implementation=implementation, interpret=interpret, check_values=check_values
     )
     if out.size:  # (JAX gives an empty array whatever sharding it likes)
         assert out.sharding.is_equivalent_to(pool.sharding, 2), out.sharding
@@ -167,6 +173,8 @@ CONFORMANCE_WAYS = [(4, "xla", False), (2, "xla", False), (4, "pallas", True)]
 @pytest.mark.parametrize("case", POOL_CASES, ids=[c.name for c in POOL_CASES])
 def test_conformance_case_matches_single_device(case, n, implementation, interpret):
     batch = [case.args[name].numpy() for name in ARGUMENT_NAMES]
+    if isinstance(case.args.get(START_COLS.name), ArrayData):
+        batch.append(case.args[START_COLS.name].numpy())
     n_rows = batch[3].shape[0]
     batch[3] = pad_rows(batch[3], n)
     got = assert_sharded_like_single(batch, n, implementation, interpret, case.check_values, key=case.name)
@@ -178,7 +186,7 @@ def test_conformance_case_matches_single_device(case, n, implementation, interpr
 def test_errors_match_single_device(case):
     """Bad arguments: the same class and message as the single-device call, before the pool is touched."""
     native = {}
-    for name in ARGUMENT_NAMES:
+    for name in (*ARGUMENT_NAMES, *(n for n in (START_COLS.name,) if n in case.args)):
         arg = case.args[name]
         native[name] = arg.value if isinstance(arg, PythonValue) else jax.device_put(arg.numpy(), CPUS[0])
     with pytest.raises(Exception) as expected:
