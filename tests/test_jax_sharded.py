@@ -32,7 +32,7 @@ from shared_spec.arguments import ARGUMENT_NAMES, OUTPUT, START_COLS  # noqa: E4
 from shared_spec.cases import ArrayData, PythonValue, load_cases  # noqa: E402
 from tests.contract import assert_same_pool  # noqa: E402
 from tests.profiles import property_settings  # noqa: E402
-from tests.strategies import batches, large_batch, sentinel_pool  # noqa: E402
+from tests.strategies import batches, large_batch, sentinel_pool, windowed_batches  # noqa: E402
 
 CPUS = jax.devices("cpu")
 pytestmark = pytest.mark.skipif(
@@ -218,6 +218,46 @@ def test_random_batches_match_single_device(implementation, interpret, examples)
         assert_same_pool(got, scatter_reference(flat_in, offsets, rows, padded))
 
     check()
+
+
+@pytest.mark.parametrize("implementation,interpret,examples", [("xla", False, 6), ("pallas", True, 3)], ids=WAY_IDS)
+def test_random_windowed_batches_match_single_device(implementation, interpret, examples):
+    """start_cols, per request, replicated: each device writes its rows' windows from their first columns."""
+
+    @property_settings(examples)
+    @given(batch=windowed_batches(max_rows=12))
+    def check(batch):
+        flat_in, offsets, rows, pool, start_cols = batch
+        padded = pad_rows(pool, 4)
+        got = assert_sharded_like_single((flat_in, offsets, rows, padded, start_cols), 4, implementation, interpret)
+        assert_same_pool(got, scatter_reference(flat_in, offsets, rows, padded, start_cols))
+
+    check()
+
+
+@pytest.mark.parametrize("implementation,interpret", WAYS, ids=WAY_IDS)
+def test_windowed_jit_with_donation_and_checkify(implementation, interpret):
+    mesh = mesh_of(4)
+    batch = large_batch(bs=15, width=9, seed=45)
+    cols = np.random.default_rng(46).integers(0, 10, size=15).astype(np.int64)
+
+    def f(flat_in, offsets, rows, pool, start_cols, check_values=False):
+        return scatter_req_token_ids_sharded(
+            flat_in, offsets, rows, pool, start_cols=start_cols, mesh=mesh, axis=AXIS,
+            implementation=implementation, interpret=interpret, check_values=check_values,
+        )
+
+    pool = on_mesh(batch[3], mesh)
+    pointers = shard_pointers(pool)
+    out = jax.jit(f, donate_argnums=3)(*[jnp.asarray(a) for a in batch[:3]], pool, jnp.asarray(cols))
+    assert pool.is_deleted() and shard_pointers(out) == pointers
+    assert_same_pool(np.asarray(out), scatter_reference(*batch, cols))
+    checked = jax.jit(checkify.checkify(functools.partial(f, check_values=True), errors=checkify.user_checks))
+    bad = cols.copy()
+    bad[11] = -1
+    err, out = checked(*[jnp.asarray(a) for a in batch[:3]], on_mesh(batch[3], mesh), jnp.asarray(bad))
+    assert err.get() == per_device(f"{P_} start_cols[11] must be >= 0, got -1", 4)
+    assert_same_pool(np.asarray(out), batch[3])
 
 
 @pytest.mark.parametrize("implementation,interpret", WAYS, ids=WAY_IDS)
