@@ -247,17 +247,7 @@ def test_xla_windowed_steps_over_requests(monkeypatch):
     assert_same_pool(np.asarray(out), scatter_reference(flat_in, offsets, rows, pool, cols))
 
 
-# -- lowering for CUDA and TPU (no GPU, no TPU needed) -----------------------------------------------
-
-
-@pytest.mark.parametrize("n_tokens,bs,n_rows,width", [(5000, 10, 11, 300), (50, 4, 5, 9), (2**20, 8, 9, 8193)])
-def test_windowed_mosaic_gpu_lowers_for_cuda(n_tokens, bs, n_rows, width):
-    mosaic = pytest.importorskip("kv_canary_jax.pallas_mosaic_gpu")
-    shapes = [((n_tokens,), jnp.int64), ((bs + 1,), jnp.int64), ((bs,), jnp.int64), ((n_rows, width), jnp.int32)]
-    text = lower_for_cuda(mosaic.scatter, *shapes, ((bs,), jnp.int64))
-    # One Mosaic GPU call on the three vectors, start_cols and the donated pool, nothing around it.
-    assert "stablehlo.custom_call @mosaic_gpu_v2(%arg0, %arg1, %arg2, %arg4, %arg3)" in text
-    assert text.count("stablehlo.custom_call") == 1 and "tf.aliasing_output = 0" in text
+# -- lowering for CUDA (no GPU needed; Mosaic GPU's and Mosaic TPU's windowed lowering: test_jax_mosaic*.py) -----------------------------------------------
 
 
 def test_windowed_pallas_triton_lowers_for_cuda():
