@@ -2,13 +2,18 @@
 
 Contract::
 
-    scatter_req_token_ids(flat_in, offsets, req_pool_indices, pool_out, *,
+    scatter_req_token_ids(flat_in, offsets, req_pool_indices, pool_out, *, start_cols=None,
                           implementation=None, interpret=False, check_values=False) -> jax.Array
 
 returns ``pool_out`` with each request's tokens written, as
 ``shared_spec.reference`` defines for any values (rows outside the pool
 skipped, lengths exact in wrapping int64, tokens outside ``flat_in`` skipped,
-values cut to their low 32 bits). JAX arrays are immutable: the result is a new
+values cut to their low 32 bits). ``start_cols`` (int64 ``[bs]``, or None):
+request ``r`` writes from pool column ``start_cols[r]`` instead of 0 (a
+windowed write: a serving step appends each request's new tokens at its
+current length), clipped at column 0 and at the width, exact for every int64
+value; None is the unwindowed op, which compiles exactly as without the
+keyword (whether a call is windowed is static: a jit traces each kind once). JAX arrays are immutable: the result is a new
 array, and ``pool_out`` is unchanged. Under ``jax.jit(f, donate_argnums=...)``
 with ``pool_out`` donated, the result reuses the pool's buffer (an in-place
 write, no copy).
@@ -70,11 +75,16 @@ def scatter_req_token_ids(
     req_pool_indices,
     pool_out,
     *,
+    start_cols=None,
     implementation=None,
     interpret: bool = False,
     check_values: bool = False,
 ) -> jax.Array:
     """Write each request's token ids into its row of ``pool_out``; return the new pool.
+
+    ``start_cols``: None, or int64 ``[bs]``, each request's first pool column
+    (checked like the other arguments, after them; on pool_out's device, or
+    host data).
 
     ``implementation``: None (best available), ``"pallas"``, ``"mosaic"``,
     ``"mosaic_tpu"``, ``"xla"``, or a sequence tried in order. ``interpret``:
@@ -82,14 +92,15 @@ def scatter_req_token_ids(
     the Pallas interpreter (any platform; TPU interpret mode for
     ``"mosaic_tpu"``). ``check_values``: enforce the value rules of
     ``shared_spec.values`` (offsets non-decreasing from 0 up to ``len(flat_in)``,
-    rows in range and distinct) before writing; a bool (or ``numpy.bool_``).
+    rows in range and distinct, first columns >= 0) before writing; a bool (or ``numpy.bool_``).
     """
     if sharded.row_layout(pool_out) is not None:  # split by rows over several devices: one kernel per device
         return sharded.scatter_req_token_ids_sharded(
-            flat_in, offsets, req_pool_indices, pool_out,
+            flat_in, offsets, req_pool_indices, pool_out, start_cols=start_cols,
             implementation=implementation, interpret=interpret, check_values=check_values,
         )
-    values = arguments.check_arguments(flat_in, offsets, req_pool_indices, pool_out)
+    # The four arguments, and start_cols where the call passes one: values[4:] is () or (start_cols,).
+    values = arguments.check_arguments(flat_in, offsets, req_pool_indices, pool_out, start_cols)
     # Torch tensors become JAX arrays on their own device first, so that a torch pool decides the placement as a JAX one does.
     values = tuple(jax_input(v) if is_torch(v) else v for v in values)
     device, platform = _placement(values)
@@ -104,7 +115,7 @@ def _placement(values) -> tuple[object | None, str | None]:
     The platform is None when it cannot be known before lowering (tracers only).
     """
     traced = False
-    for x in (values[3], *values[:3]):  # pool_out first: it decides
+    for x in (values[3], *values[:3], *values[4:]):  # pool_out first: it decides
         if not isinstance(x, jax.Array):
             continue
         if platforms.is_tracer(x):

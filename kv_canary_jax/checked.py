@@ -2,11 +2,11 @@
 
 Contract:
 
-- ``raise_eagerly(offsets, rows, n_tokens, n_rows)``: concrete arrays. Runs
-  ``shared_spec.values.raise_first_value_error`` on host copies of ``offsets``
-  and ``rows``; raises ``KvCanaryValueError`` with the spec's exact message
+- ``raise_eagerly(offsets, rows, n_tokens, n_rows, start_cols=None)``: concrete arrays. Runs
+  ``shared_spec.values.raise_first_value_error`` on host copies of ``offsets``,
+  ``rows`` and ``start_cols`` (rule 6, for a windowed call); raises ``KvCanaryValueError`` with the spec's exact message
   before anything runs.
-- ``staged_checks(offsets, rows, n_tokens, n_rows) -> jax.Array``: traced
+- ``staged_checks(offsets, rows, n_tokens, n_rows, start_cols=None) -> jax.Array``: traced
   arrays (under ``jit``, ``vmap``, ``checkify``). Stages one
   ``jax.experimental.checkify.check`` per rule of
   ``shared_spec.values.value_checks(jnp, ...)``, in order, with the spec's
@@ -62,15 +62,16 @@ except ImportError:  # pragma: no cover - then needs_checkify is a plain identit
     _checkify_rules = None
 
 
-def raise_eagerly(offsets, rows, n_tokens: int, n_rows: int) -> None:
-    """Raise the first violated rule on concrete arrays (host copies of two small vectors)."""
-    values.raise_first_value_error(host_values(offsets), host_values(rows), n_tokens, n_rows)
+def raise_eagerly(offsets, rows, n_tokens: int, n_rows: int, start_cols=None) -> None:
+    """Raise the first violated rule on concrete arrays (host copies of the small vectors)."""
+    window = None if start_cols is None else host_values(start_cols)
+    values.raise_first_value_error(host_values(offsets), host_values(rows), n_tokens, n_rows, window)
 
 
-def staged_checks(offsets, rows, n_tokens: int, n_rows: int) -> jax.Array:
+def staged_checks(offsets, rows, n_tokens: int, n_rows: int, start_cols=None) -> jax.Array:
     """Stage every rule as a checkify check, in order; the scalar "all rules hold"."""
     all_ok = jnp.bool_(True)
-    for check in values.value_checks(jnp, offsets, rows, n_tokens, n_rows):
+    for check in values.value_checks(jnp, offsets, rows, n_tokens, n_rows, start_cols):
         ok = needs_checkify(jnp.asarray(check.ok))
         fields = {name: jnp.asarray(value, dtype=jnp.int64) for name, value in check.fields.items()}
         checkify.check(ok, check.template, **fields)
@@ -79,7 +80,10 @@ def staged_checks(offsets, rows, n_tokens: int, n_rows: int) -> jax.Array:
 
 
 _TEMPLATES = frozenset(
-    (errors.OFFSETS_START, errors.OFFSETS_DECREASING, errors.OFFSETS_END, errors.ROW_OUT_OF_RANGE, errors.ROW_REPEATED)
+    (
+        errors.OFFSETS_START, errors.OFFSETS_DECREASING, errors.OFFSETS_END, errors.ROW_OUT_OF_RANGE,
+        errors.ROW_REPEATED, errors.START_COLS_NEGATIVE,
+    )
 )
 
 

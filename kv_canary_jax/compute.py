@@ -3,16 +3,21 @@
 Contract:
 
 - ``prepare(values, platform, implementation, interpret, check_values) ->
-  (plan, staged)``: for arguments that passed the checks, what runs
+  (plan, staged)``: for arguments that passed the checks (the four, then
+  ``start_cols`` for a windowed call), what runs
   (``implementations.plan`` for ``platform``; then ``check_values`` must be a
   bool, ``shared_spec.checks.require_bool``) and whether the checked mode's
-  value rules are staged into the computation (``staged``: traced offsets or
-  rows) rather than checked now on the host (concrete ones: the first
+  value rules are staged into the computation (``staged``: traced offsets,
+  rows or start_cols) rather than checked now on the host (concrete ones: the first
   violation is raised here, before anything runs).
-- ``scatter(flat_in, offsets, rows, pool, *, plan, interpret, staged)``: the
+- ``scatter(flat_in, offsets, rows, pool, start_cols=None, *, plan, interpret, staged)``: the
   jitted call on JAX arrays of one device (or one device's block under
   ``shard_map``): the planned implementation, chosen per platform when
-  lowering; with ``staged``, gated by the value rules (``checked.staged_checks``:
+  lowering; windowed where ``start_cols`` is an array (static: None has no
+  leaves, so ``jit`` traces an unwindowed call apart and it compiles exactly
+  as it does without the argument; every kernel gets ``start_cols`` only when
+  windowed, and the XLA path of a windowed call is ``xla_windowed``); with
+  ``staged``, gated by the value rules (``checked.staged_checks``:
   the pool comes back unchanged when one fails; around the kernels that run
   once per example under ``vmap``, ``implementations.PER_EXAMPLE``, the gate
   runs per example too).
@@ -28,23 +33,24 @@ import functools
 import jax
 from jax import lax
 
-from kv_canary_jax import batching, checked, implementations, platforms, xla
+from kv_canary_jax import batching, checked, implementations, platforms, xla, xla_windowed
 from shared_spec.checks import require_bool
 
 
 def prepare(values, platform, implementation, interpret: bool, check_values: bool):
     """``(plan, staged)`` for checked arguments; see the module docstring."""
     plan = implementations.plan(implementation, platform, interpret)
-    flat_in, offsets, rows, pool = values
+    flat_in, offsets, rows, pool, *window = values
+    start_cols = window[0] if window else None
     if not require_bool("check_values", check_values):
         return plan, False
-    if platforms.is_tracer(offsets) or platforms.is_tracer(rows):
+    if any(platforms.is_tracer(x) for x in (offsets, rows, *window)):
         return plan, True
-    checked.raise_eagerly(offsets, rows, flat_in.shape[0], pool.shape[0])
+    checked.raise_eagerly(offsets, rows, flat_in.shape[0], pool.shape[0], start_cols)
     return plan, False
 
 
-def _implementation(name: str, interpret: bool):
+def _implementation(name: str, interpret: bool, windowed: bool = False):
     # The kernels are imported here, once chosen: jax.experimental.pallas.triton,
     # .mosaic_gpu and .tpu may not import (implementations says why), and the
     # default must fall through past them without touching them.
@@ -60,29 +66,32 @@ def _implementation(name: str, interpret: bool):
         from kv_canary_jax import pallas_mosaic_tpu
 
         return functools.partial(pallas_mosaic_tpu.scatter, interpret=interpret)
-    return xla.scatter
+    return xla_windowed.scatter if windowed else xla.scatter
 
 
 @functools.partial(jax.jit, static_argnames=("plan", "interpret", "staged"))
-def scatter(flat_in, offsets, rows, pool, *, plan, interpret, staged):
+def scatter(flat_in, offsets, rows, pool, start_cols=None, *, plan, interpret, staged):
     """The planned implementation on JAX arrays; see the module docstring."""
+    windowed = start_cols is not None
+    # The operands every branch takes: the four, and start_cols only for a windowed call.
+    args = (flat_in, offsets, rows, pool) + ((start_cols,) if windowed else ())
 
-    def write(flat_in, offsets, rows, pool):
+    def write(*args):
         if len(plan) == 1 and plan[0][0] is None:
-            return _implementation(plan[0][1], interpret)(flat_in, offsets, rows, pool)
-        per_platform = {p: _implementation(name, interpret) for p, name in plan if p is not None}
-        default = next((_implementation(name, interpret) for p, name in plan if p is None), None)
-        return lax.platform_dependent(flat_in, offsets, rows, pool, default=default, **per_platform)
+            return _implementation(plan[0][1], interpret, windowed)(*args)
+        per_platform = {p: _implementation(name, interpret, windowed) for p, name in plan if p is not None}
+        default = next((_implementation(name, interpret, windowed) for p, name in plan if p is None), None)
+        return lax.platform_dependent(*args, default=default, **per_platform)
 
     if not staged:
-        return write(flat_in, offsets, rows, pool)
-    ok = checked.staged_checks(offsets, rows, flat_in.shape[0], pool.shape[0])
+        return write(*args)
+    ok = checked.staged_checks(offsets, rows, flat_in.shape[0], pool.shape[0], start_cols)
 
-    def gate(ok, flat_in, offsets, rows, pool):
-        return lax.cond(ok, write, lambda *args: args[3], flat_in, offsets, rows, pool)
+    def gate(ok, *args):
+        return lax.cond(ok, write, lambda *args: args[3], *args)
 
     if any(name in implementations.PER_EXAMPLE for _, name in plan):
         # Under vmap, JAX batches a cond into a select of both branches, which it refuses for a branch
         # with IO effects (Mosaic TPU's interpret mode): map the gate per example, as the kernel is.
         gate = batching.per_example(gate)
-    return gate(ok, flat_in, offsets, rows, pool)
+    return gate(ok, *args)

@@ -1,10 +1,13 @@
 """The Mosaic GPU kernel (``jax.experimental.pallas.mosaic_gpu``): Hopper and newer; anywhere with ``interpret=True``.
 
-Contract: ``scatter(flat_in, offsets, req_pool_indices, pool_out, *, interpret)``
-takes int64 ``flat_in[N]``, ``offsets[bs+1]``, ``req_pool_indices[bs]`` and an
-int32 ``pool_out[R, C]`` whose checks have passed, and returns the pool with the
+Contract: ``scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols=None, *, interpret)``
+takes int64 ``flat_in[N]``, ``offsets[bs+1]``, ``req_pool_indices[bs]``, an
+int32 ``pool_out[R, C]`` and, for a windowed call, int64 ``start_cols[bs]``,
+whose checks have passed, and returns the pool with the
 requests' tokens written, exactly as ``shared_spec.reference`` says, for any
-values, repeated rows included. ``pool_out`` is aliased to the output (the
+values, repeated rows included. Whether the call is windowed is static: with
+``start_cols`` None the kernel has the four operands and traces exactly as it
+does unwindowed. ``pool_out`` is aliased to the output (the
 kernel's pool operand is the output buffer), so under ``jax.jit(...,
 donate_argnums=...)`` the kernel writes the donated buffer in place; without
 donation XLA copies the pool first. When ``bs``, ``N``, ``R`` or ``C`` is 0
@@ -28,10 +31,15 @@ other's writes: a cell both write holds one of the two values, a cell one of
 them writes holds its value, as the spec says.
 
 The window. Program ``(lane, r)`` loads ``offsets[r]``, ``offsets[r+1]``,
-``req_pool_indices[r]`` and computes, on scalars, ``(base, lo, hi)`` with the
-spec's own ``shared_spec.reference.written_columns``: request ``r`` writes
-exactly the columns ``lo <= j < hi`` of its row, reading ``flat_in[base + j]``,
-and every such ``base + j`` lies in ``[0, N)``. With ``m = hi - lo``, at most
+``req_pool_indices[r]`` (and ``start_cols[r]``, windowed) and computes, on
+scalars, ``(base, lo, hi)`` in pool columns with ``windows.pool_window`` (the
+spec's own ``shared_spec.reference.written_columns``; windowed, its
+``windowed_columns`` moved to pool columns, three more scalar ops): request
+``r`` writes exactly the columns ``lo <= j < hi`` of its row, reading
+``flat_in[base + j]``, with ``0 <= lo``, ``hi <= C``, and every such ``base +
+j`` in ``[0, N)``. Everything below holds for any such window, wherever in
+the row it starts, so the windowed kernel is the unwindowed one past those
+scalar ops. With ``m = hi - lo``, at most
 ``longest_window(C, N) = min(C, N)``, and the tile ``T`` (a power of two,
 ``VEC <= T <= min(C, N)``, from the shapes alone: ``launch_shape``):
 
@@ -122,7 +130,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kv_canary_jax import batching
-from shared_spec.reference import longest_window, written_columns
+from kv_canary_jax.windows import pool_window
+from shared_spec.reference import longest_window
 
 # The threads of one warpgroup, which executes a Mosaic GPU kernel in the Lane
 # semantics: the smallest register array a warpgroup loads or stores is one
@@ -273,12 +282,12 @@ def staged_columns(lo, hi, k, xp=jnp):
 
 
 def _kernel(
-    lane, r, flat_ref, offsets_ref, rows_ref, pool_ref, stage_ref, *,
+    lane, r, flat_ref, offsets_ref, rows_ref, start_cols_ref, pool_ref, stage_ref, *,
     n_tokens: int, n_rows: int, width: int, tile: int, lanes: int, vectors, interpret: bool,
 ):
     """Program ``(lane, r)``: lane ``lane`` of request ``r`` (see the module docstring).
 
-    ``stage_ref`` is ``2 * VEC`` int32 of shared memory (unused where ``N <
+    ``start_cols_ref`` is None for an unwindowed call. ``stage_ref`` is ``2 * VEC`` int32 of shared memory (unused where ``N <
     VEC``). Compiled (not ``interpret``), the kernel places the stage's barrier
     and pins the register layout where this JAX can; the interpreter
     (sequential, no layouts) has rules for neither.
@@ -287,7 +296,8 @@ def _kernel(
     start = offsets_ref[r]
     end = offsets_ref[r + 1]
     row = rows_ref[r]
-    base, lo, hi = written_columns(start, end, width, n_tokens, jnp)
+    start_col = None if start_cols_ref is None else start_cols_ref[r]
+    base, lo, hi = pool_window(start, end, start_col, width, n_tokens, jnp)
     # Columns and tile offsets (< C + lanes * tile) in int32 unless the pool is too
     # wide: fewer registers.
     col = jnp.int64 if width + (lanes + 1) * max(tile, VEC) >= INT32_COLUMNS_BELOW else jnp.int32
@@ -373,23 +383,37 @@ def layout_pinnable() -> bool:
     return hasattr(plgpu, "layout_cast") and hasattr(getattr(plgpu, "Layout", None), "WG_STRIDED")
 
 
-def _call(flat_in, offsets, req_pool_indices, pool_out, *, interpret: bool, block: int | None):
-    """One launch: ``pl.kernel`` compiled, ``pl.pallas_call`` interpreted (see "Launch" in the module docstring)."""
+def _call(flat_in, offsets, req_pool_indices, pool_out, *start_cols, interpret: bool, block: int | None):
+    """One launch: ``pl.kernel`` compiled, ``pl.pallas_call`` interpreted (see "Launch" in the module docstring).
+
+    ``start_cols``: ``()``, or the one array of a windowed call, an operand after the three vectors.
+    """
     (n_tokens,), (bs,), (n_rows, width) = flat_in.shape, req_pool_indices.shape, pool_out.shape
     tile, lanes = launch_shape(bs, width, n_tokens, block)
     kernel = functools.partial(
         _kernel, n_tokens=n_tokens, n_rows=n_rows, width=width, tile=tile, lanes=lanes,
         vectors=vector_sizes(tile), interpret=interpret,
     )
+    windowed = bool(start_cols)
+    inputs = (flat_in, offsets, req_pool_indices, *start_cols)
 
     def staged(lane, r, *refs):
-        """The kernel with its short-window stage in ``run_scoped`` shared memory (see the module docstring)."""
-        pl.run_scoped(lambda stage_ref: kernel(lane, r, *refs, stage_ref), plgpu.SMEM((2 * VEC,), jnp.int32))
+        """The kernel with its short-window stage in ``run_scoped`` shared memory (see the module docstring).
+
+        ``refs``: the three vectors' refs, start_cols' (windowed), then the pool's.
+        """
+        flat_ref, offsets_ref, rows_ref = refs[:3]
+        start_cols_ref = refs[3] if windowed else None
+        pool_ref = refs[-1]
+        pl.run_scoped(
+            lambda stage_ref: kernel(lane, r, flat_ref, offsets_ref, rows_ref, start_cols_ref, pool_ref, stage_ref),
+            plgpu.SMEM((2 * VEC,), jnp.int32),
+        )
 
     grid = (lanes, bs)
     if not interpret:
-        def body(flat_ref, offsets_ref, rows_ref, pool_ref):
-            staged(lax.axis_index(LANE_AXIS), lax.axis_index(REQUEST_AXIS), flat_ref, offsets_ref, rows_ref, pool_ref)
+        def body(*refs):
+            staged(lax.axis_index(LANE_AXIS), lax.axis_index(REQUEST_AXIS), *refs)
 
         def write(pool_ref):  # pl.kernel aliases a ref operand in and out: the pool is written in place
             pl.kernel(
@@ -398,35 +422,36 @@ def _call(flat_in, offsets, req_pool_indices, pool_out, *, interpret: bool, bloc
                 mesh=plgpu.Mesh(grid=grid, grid_names=(LANE_AXIS, REQUEST_AXIS)),
                 compiler_params=compiler_params(),
                 name=NAME,
-            )(flat_in, offsets, req_pool_indices, pool_ref)
+            )(*inputs, pool_ref)
 
         # run_state keeps the ref inside one primitive that discharges itself (a bare
         # jax.new_ref inside custom_vmap cannot be discharged when lowering).
         return pl.run_state(write)(pool_out)
 
-    def call_body(flat_ref, offsets_ref, rows_ref, pool_in_ref, pool_ref):
-        del pool_in_ref  # the same buffer as pool_ref (input_output_aliases)
-        staged(pl.program_id(0), pl.program_id(1), flat_ref, offsets_ref, rows_ref, pool_ref)
+    def call_body(*refs):
+        # refs[-2] is pool_in_ref, the same buffer as pool_ref (input_output_aliases).
+        staged(pl.program_id(0), pl.program_id(1), *refs[:-2], refs[-1])
 
     gmem = pl.BlockSpec(memory_space=plgpu.GMEM)
     return pl.pallas_call(
         call_body,
         out_shape=jax.ShapeDtypeStruct(pool_out.shape, pool_out.dtype),
         grid=grid,
-        in_specs=[gmem] * 4,
+        in_specs=[gmem] * (len(inputs) + 1),
         out_specs=gmem,
-        input_output_aliases={3: 0},
+        input_output_aliases={len(inputs): 0},
         interpret=interpret,
         compiler_params=compiler_params(),
         name=NAME,
-    )(flat_in, offsets, req_pool_indices, pool_out)
+    )(*inputs, pool_out)
 
 
 def scatter(
-    flat_in, offsets, req_pool_indices, pool_out, *, interpret: bool = False, block: int | None = None
+    flat_in, offsets, req_pool_indices, pool_out, start_cols=None, *, interpret: bool = False, block: int | None = None
 ) -> jax.Array:
     """The pool with the requests' tokens written (see the module docstring).
 
+    ``start_cols``: None (unwindowed) or each request's first column.
     ``block`` (a power of two >= ``VEC``) overrides the tile cap, for tuning
     sweeps; None picks it from the shapes.
     """
@@ -436,4 +461,5 @@ def scatter(
     if min(bs, n_tokens, n_rows, width) == 0:
         return pool_out
     call = functools.partial(_call, interpret=interpret, block=block)
-    return batching.per_example(call)(flat_in, offsets, req_pool_indices, pool_out)
+    window = () if start_cols is None else (start_cols,)
+    return batching.per_example(call)(flat_in, offsets, req_pool_indices, pool_out, *window)

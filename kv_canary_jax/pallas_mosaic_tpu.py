@@ -1,18 +1,21 @@
 """The Mosaic TPU kernel (``jax.experimental.pallas.tpu``): TPUs; anywhere with ``interpret=True``.
 
-Contract: ``scatter(flat_in, offsets, req_pool_indices, pool_out, *, interpret)``
-takes int64 ``flat_in[N]``, ``offsets[bs+1]``, ``req_pool_indices[bs]`` and an
-int32 ``pool_out[R, C]`` whose checks have passed, and returns the pool with the
+Contract: ``scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols=None, *, interpret)``
+takes int64 ``flat_in[N]``, ``offsets[bs+1]``, ``req_pool_indices[bs]``, an
+int32 ``pool_out[R, C]`` and, for a windowed call, int64 ``start_cols[bs]``,
+whose checks have passed, and returns the pool with the
 requests' tokens written, exactly as ``shared_spec.reference`` says, for any
-values, repeated rows included. ``pool_out`` stays in HBM (``memory_space=
+values, repeated rows included. A windowed call changes only the XLA
+arithmetic before the kernel (the windows' first columns); the kernel is the
+same. ``pool_out`` stays in HBM (``memory_space=
 pl.ANY``) and is aliased to the output (``input_output_aliases``), so under
 ``jax.jit(..., donate_argnums=...)`` the kernel writes the donated buffer in
 place; without donation XLA copies the pool first. When ``bs``, ``N``, ``R`` or
 ``C`` is 0 nothing can be written and the pool is returned without a kernel.
 When ``N``, ``R`` or ``C`` is ``2**31`` or more (a row, a pool or a token array
 of 8 GiB and up) the windows do not fit the TPU's 32-bit scalars, and the XLA
-implementation (``xla.scatter``) computes the result instead: the same pool,
-without this kernel. ``interpret=True`` runs the kernel in Pallas's TPU
+implementation (``xla.scatter``; windowed, ``xla_windowed.scatter``) computes
+the result instead: the same pool, without this kernel. ``interpret=True`` runs the kernel in Pallas's TPU
 interpreter (``interpret=pltpu.InterpretParams()``; ``interpret`` may also be
 an ``InterpretParams``, e.g. with ``detect_races=True``), which simulates SMEM,
 DMAs and DMA semaphores on any platform, checking every DMA's bounds.
@@ -25,10 +28,13 @@ What a TPU changes, and how the kernel deals with it:
   TPU):
   the token ids become their low 32 bits (``flat_in.astype(int32)``: the
   conversion truncates, two's complement, which is what the spec stores),
-  shaped ``(1, N)``; and each request's window comes from the spec's own
-  ``shared_spec.reference.written_columns`` in int64, exactly as every other
-  kernel computes it: request ``r`` writes columns ``lo <= j < hi`` of its
-  row from ``flat_in[base + j]``, every ``base + j`` in ``[0, N)``. The kernel
+  shaped ``(1, N)``; and each request's window comes from
+  ``windows.pool_window`` in int64 (the spec's own
+  ``shared_spec.reference.written_columns``, or windowed its
+  ``windowed_columns`` in pool columns), exactly as every other kernel
+  computes it: request ``r`` writes columns ``lo <= j < hi`` of its row from
+  ``flat_in[base + j]``, every ``base + j`` in ``[0, N)``, ``0 <= lo`` and
+  ``hi <= C``. The kernel
   gets four int32 per request (``windows``): the row, the first column
   ``lo``, the first token ``base + lo`` and the length ``m = hi - lo``, with
   ``m = 0`` (and the rest 0) for a request that writes nothing (row outside
@@ -97,8 +103,9 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from kv_canary_jax import batching, xla
-from shared_spec.reference import longest_window, written_columns
+from kv_canary_jax import batching, xla, xla_windowed
+from kv_canary_jax.windows import pool_window
+from shared_spec.reference import longest_window
 
 # Requests whose windows one grid step reads from SMEM and whose DMAs it
 # issues before waiting. 4 int32 per request: 2 KiB a block, 4 KiB
@@ -135,12 +142,12 @@ def window_copies(length, bits, xp=jnp):
     return plan
 
 
-def windows(offsets, req_pool_indices, n_tokens: int, n_rows: int, width: int, steps: int):
+def windows(offsets, req_pool_indices, n_tokens: int, n_rows: int, width: int, steps: int, start_cols=None):
     """int32 ``[steps * REQUESTS_PER_STEP * 4]``: each request's ``FIELDS``, XLA's exact int64 arithmetic before the kernel.
 
     Requests past ``bs`` (padding) and requests that write nothing get length 0.
     """
-    base, lo, hi = written_columns(offsets[:-1], offsets[1:], width, n_tokens, jnp)
+    base, lo, hi = pool_window(offsets[:-1], offsets[1:], start_cols, width, n_tokens, jnp)
     rows = req_pool_indices
     live = (rows >= 0) & (rows < n_rows) & (hi > lo)
     fields = [jnp.where(live, value, 0).astype(jnp.int32) for value in (rows, lo, base + lo, hi - lo)]
@@ -205,10 +212,10 @@ def fits_int32(n_tokens: int, n_rows: int, width: int) -> bool:
     return max(n_tokens, n_rows, width) < INT32_LIMIT
 
 
-def _call(flat_in, offsets, req_pool_indices, pool_out, *, interpret):
+def _call(flat_in, offsets, req_pool_indices, pool_out, *start_cols, interpret):
     (n_tokens,), (bs,), (n_rows, width) = flat_in.shape, req_pool_indices.shape, pool_out.shape
     steps = pl.cdiv(bs, REQUESTS_PER_STEP)
-    table = windows(offsets, req_pool_indices, n_tokens, n_rows, width, steps)
+    table = windows(offsets, req_pool_indices, n_tokens, n_rows, width, steps, *start_cols)
     # Low 32 bits, two's complement: int64 -> int32 conversion truncates.
     tokens = flat_in.astype(jnp.int32).reshape(1, n_tokens)
     hbm = pl.BlockSpec(memory_space=pl.ANY)
@@ -227,13 +234,16 @@ def _call(flat_in, offsets, req_pool_indices, pool_out, *, interpret):
     )(table, tokens, pool_out)
 
 
-def scatter(flat_in, offsets, req_pool_indices, pool_out, *, interpret=False) -> jax.Array:
+def scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols=None, *, interpret=False) -> jax.Array:
     """The pool with the requests' tokens written (see the module docstring)."""
     (n_tokens,), (bs,), (n_rows, width) = flat_in.shape, req_pool_indices.shape, pool_out.shape
     if min(bs, n_tokens, n_rows, width) == 0:
         return pool_out
     if not fits_int32(n_tokens, n_rows, width):
+        if start_cols is not None:
+            return xla_windowed.scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols)
         return xla.scatter(flat_in, offsets, req_pool_indices, pool_out)
+    window = () if start_cols is None else (start_cols,)
     return batching.per_example(functools.partial(_call, interpret=interpret))(
-        flat_in, offsets, req_pool_indices, pool_out
+        flat_in, offsets, req_pool_indices, pool_out, *window
     )

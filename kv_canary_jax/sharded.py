@@ -3,19 +3,21 @@
 Contract::
 
     scatter_req_token_ids_sharded(flat_in, offsets, req_pool_indices, pool_out, *,
-                                  mesh=None, axis=None, implementation=None,
+                                  start_cols=None, mesh=None, axis=None, implementation=None,
                                   interpret=False, check_values=False) -> jax.Array
 
 takes ``pool_out`` split by rows over the mesh axis ``axis`` (sharding
 ``NamedSharding(mesh, P(axis, None))``; ``axis`` a name or a tuple of names)
-and ``flat_in``, ``offsets``, ``req_pool_indices`` replicated, and returns what
+and ``flat_in``, ``offsets``, ``req_pool_indices`` (and ``start_cols``, per
+request like them, for a windowed call) replicated, and returns what
 ``api.scatter_req_token_ids`` returns for the same values on one device, byte
 for byte, with the pool's sharding. The pool is never gathered: under
 ``jax.shard_map`` every device runs the single-device path (``compute.scatter``,
 with the implementation ``implementations.plan`` picks, exactly as for one
 device: a GPU kernel on CUDA GPUs, XLA elsewhere, the Pallas interpreter with
 ``interpret=True``) on its own block of ``R / n`` rows, with
-``req_pool_indices`` shifted by the block's first row. The spec skips a row
+``req_pool_indices`` shifted by the block's first row (columns, and so
+``start_cols``, unchanged). The spec skips a row
 outside ``[0, R)``, so a request whose row another device owns is skipped
 locally, and every cell is written by exactly the device that owns it: the
 compiled program has no collective at all (no all-gather, all-to-all,
@@ -222,6 +224,7 @@ def scatter_req_token_ids_sharded(
     req_pool_indices,
     pool_out,
     *,
+    start_cols=None,
     mesh=None,
     axis=None,
     implementation=None,
@@ -233,14 +236,14 @@ def scatter_req_token_ids_sharded(
     ``mesh``: a ``jax.sharding.Mesh``; ``axis``: the name (or tuple of names) of
     the mesh axis the rows are split over. Both default to ``pool_out``'s
     ``NamedSharding`` (concrete pools; traced pools in explicit sharding mode).
-    ``implementation``, ``interpret`` and ``check_values`` are as in
+    ``start_cols``, ``implementation``, ``interpret`` and ``check_values`` are as in
     ``api.scatter_req_token_ids``.
     """
-    values = arguments.check_arguments(flat_in, offsets, req_pool_indices, pool_out)
+    values = arguments.check_arguments(flat_in, offsets, req_pool_indices, pool_out, start_cols)
     layout = resolve_layout(values[3], mesh, axis)
     interpret = bool(interpret)
     plan, staged = compute.prepare(values, _platform(layout.mesh), implementation, interpret, check_values)
-    specs = (REPLICATED, REPLICATED, REPLICATED, rows_spec(layout.axis))
+    specs = (REPLICATED, REPLICATED, REPLICATED, rows_spec(layout.axis), REPLICATED)  # the last: start_cols
     arrays = [_place(v, layout.mesh, spec) for v, spec in zip(values, specs)]
     return _scatter(*arrays, mesh=layout.mesh, axis=layout.axis, plan=plan, interpret=interpret, staged=staged)
 
@@ -263,28 +266,31 @@ def _place(value, mesh, spec):
     return jax.device_put(jax_input(value), sharding)
 
 
-def _local_scatter(flat_in, offsets, rows, pool, ok=None, *, axis, plan, interpret):
+def _local_scatter(flat_in, offsets, rows, pool, *extra, axis, plan, interpret, windowed, staged):
     """One device's block: rows shifted by the block's first row; others fall outside and are skipped.
 
-    ``ok`` (staged checks only): the replicated "every value rule holds"; the
-    block is written only when it is True.
+    ``extra``: ``start_cols`` (``windowed``), then ``ok`` (``staged``): the
+    replicated "every value rule holds"; the block is written only when it is True.
     """
     first = lax.axis_index(axis).astype(rows.dtype) * pool.shape[0]
-    args = (flat_in, offsets, rows - first, pool)
+    args = (flat_in, offsets, rows - first, pool) + extra[:windowed]
     write = functools.partial(compute.scatter, plan=plan, interpret=interpret, staged=False)
-    if ok is None:
+    if not staged:
         return write(*args)
-    return lax.cond(ok, write, lambda *args: args[3], *args)
+    return lax.cond(extra[-1], write, lambda *args: args[3], *args)
 
 
 @functools.partial(jax.jit, static_argnames=("mesh", "axis", "plan", "interpret", "staged"))
-def _scatter(flat_in, offsets, rows, pool, *, mesh, axis, plan, interpret, staged):
-    local = functools.partial(_local_scatter, axis=axis, plan=plan, interpret=interpret)
+def _scatter(flat_in, offsets, rows, pool, start_cols=None, *, mesh, axis, plan, interpret, staged):
+    windowed = start_cols is not None
+    local = functools.partial(
+        _local_scatter, axis=axis, plan=plan, interpret=interpret, windowed=windowed, staged=staged
+    )
     pool_spec = rows_spec(axis)
-    args = (flat_in, offsets, rows, pool)
+    args = (flat_in, offsets, rows, pool) + ((start_cols,) if windowed else ())
     if staged:
         # The checks see the global values; the gate goes inside the shard_map
         # (a cond around it breaks checkify's rule for shard_map).
-        args += (checked.staged_checks(offsets, rows, flat_in.shape[0], pool.shape[0]),)
-    specs = (REPLICATED,) * 3 + (pool_spec,) + (REPLICATED,) * staged
+        args += (checked.staged_checks(offsets, rows, flat_in.shape[0], pool.shape[0], start_cols),)
+    specs = (REPLICATED,) * 3 + (pool_spec,) + (REPLICATED,) * (len(args) - 4)
     return _shard_map(local, mesh, specs, pool_spec)(*args)

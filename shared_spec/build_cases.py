@@ -19,19 +19,29 @@ P = "kv-canary: scatter_req_token_ids"
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-def loop_oracle(flat_in, offsets, rows, pool) -> np.ndarray:
-    """The spec's pseudo-code, line by line, in Python integers."""
+def loop_oracle(flat_in, offsets, rows, pool, start_cols=None) -> np.ndarray:
+    """The spec's pseudo-code, line by line, in Python integers.
+
+    With ``start_cols``, request ``r`` writes ``c, t = s + j, start + j`` for the ``j`` of ``range(end - start)``
+    with ``0 <= c < C`` and ``0 <= t < N``: exactly ``max(0, -s, -start) <= j < min(end - start, C - s, N -
+    start)``, enumerated over that range (the literal ``j`` loop would run ``2**64`` times at the int64 extremes).
+    """
     out = [list(map(int, r)) for r in np.asarray(pool)]
     n_tokens, (n_rows, width) = len(flat_in), np.asarray(pool).shape
     for r in range(len(rows)):
         start, end, row = int(offsets[r]), int(offsets[r + 1]), int(rows[r])
         if row < 0 or row >= n_rows:
             continue
-        for j in range(min(max(end - start, 0), width)):
+        if start_cols is None:
+            columns = ((j, j) for j in range(min(max(end - start, 0), width)))
+        else:
+            s = int(start_cols[r])
+            columns = ((s + j, j) for j in range(max(0, -s, -start), min(end - start, width - s, n_tokens - start)))
+        for c, j in columns:
             t = start + j
-            if 0 <= t < n_tokens:
+            if 0 <= c < width and 0 <= t < n_tokens:
                 low = int(flat_in[t]) & 0xFFFFFFFF
-                out[row][j] = low - (1 << 32) if low >= 1 << 31 else low
+                out[row][c] = low - (1 << 32) if low >= 1 << 31 else low
     return np.asarray(out, dtype=np.int32).reshape(np.asarray(pool).shape)
 
 
@@ -50,18 +60,28 @@ def a(dtype: str, shape, data=None) -> ArrayData:
     return ArrayData(dtype, tuple(shape), tuple(int(x) if dtype != "float32" else float(x) for x in data))
 
 
-def value_case(name, rule, flat_in, offsets, rows, pool, *, check_values=False, layout=None) -> Case:
+def value_case(name, rule, flat_in, offsets, rows, pool, *, start_cols=None, check_values=False, layout=None) -> Case:
     flat_in, offsets, rows = i64(flat_in), i64(offsets), i64(rows)
-    expected = loop_oracle(flat_in, offsets, rows, pool)
+    # start_cols=PythonValue(None): the call passes start_cols=None, the unwindowed op.
+    given = isinstance(start_cols, PythonValue) or start_cols is not None
+    if isinstance(start_cols, PythonValue):
+        start_cols, passed = start_cols.value, start_cols
+    else:
+        start_cols = None if start_cols is None else i64(start_cols)
+        passed = None if start_cols is None else ArrayData.of(start_cols)
+    expected = loop_oracle(flat_in, offsets, rows, pool, start_cols)
+    args = {
+        "flat_in": ArrayData.of(flat_in),
+        "offsets": ArrayData.of(offsets),
+        "req_pool_indices": ArrayData.of(rows),
+        "pool_out": ArrayData.of(pool),
+    }
+    if given:  # the key only where the call passes start_cols: every other case calls as before
+        args["start_cols"] = passed
     return Case(
         name=name,
         rule=rule,
-        args={
-            "flat_in": ArrayData.of(flat_in),
-            "offsets": ArrayData.of(offsets),
-            "req_pool_indices": ArrayData.of(rows),
-            "pool_out": ArrayData.of(pool),
-        },
+        args=args,
         check_values=check_values,
         expected_pool=ArrayData.of(expected),
         layout=layout,
@@ -95,16 +115,19 @@ def error_case(name, rule, error_class, message, *, check_values=False, requires
     )
 
 
-def checked_error(name, message, flat_in, offsets, rows, pool_shape=(4, 6)) -> Case:
+def checked_error(name, message, flat_in, offsets, rows, pool_shape=(4, 6), start_cols=None) -> Case:
+    args = {
+        "flat_in": ArrayData.of(i64(flat_in)),
+        "offsets": ArrayData.of(i64(offsets)),
+        "req_pool_indices": ArrayData.of(i64(rows)),
+        "pool_out": ArrayData.of(sentinel_pool(*pool_shape)),
+    }
+    if start_cols is not None:
+        args["start_cols"] = ArrayData.of(i64(start_cols))
     return Case(
         name=name,
         rule="check_values",
-        args={
-            "flat_in": ArrayData.of(i64(flat_in)),
-            "offsets": ArrayData.of(i64(offsets)),
-            "req_pool_indices": ArrayData.of(i64(rows)),
-            "pool_out": ArrayData.of(sentinel_pool(*pool_shape)),
-        },
+        args=args,
         check_values=True,
         error_class="KvCanaryValueError",
         error_message=message,
@@ -138,6 +161,55 @@ def value_cases() -> list[Case]:
         value_case("column_slice_pool", "layout", range(21, 33), [0, 5, 12], [2, 0], sentinel_pool(3, 7), layout="column_slice"),
         value_case("checked_valid_batch", "check_values", range(1, 11), [0, 4, 4, 10], [3, 0, 1], sentinel_pool(4, 5), check_values=True),
         value_case("checked_empty_batch", "check_values", [], [0], [], sentinel_pool(2, 2), check_values=True),
+    ]
+
+
+def windowed_value_cases() -> list[Case]:
+    """``start_cols``: each request's first pool column (rule "windowed"); the window clips at column 0 and at C."""
+    w = "windowed"
+    return [
+        # A decode step: each request appends its one new token at its current length.
+        value_case("windowed_appends", w, [101, 102, 103], [0, 1, 2, 3], [2, 0, 1], sentinel_pool(3, 8), start_cols=[5, 0, 3]),
+        # A later prefill chunk: several tokens each, from each request's length.
+        value_case("windowed_chunks", w, range(1, 10), [0, 4, 9], [1, 0], sentinel_pool(2, 12), start_cols=[3, 7]),
+        value_case("windowed_from_zero_is_unwindowed", w, range(101, 111), [0, 3, 3, 7, 10], [2, 0, 4, 1], sentinel_pool(5, 6), start_cols=[0, 0, 0, 0]),
+        value_case("windowed_none_is_unwindowed", w, range(1, 8), [0, 3, 7], [1, 0], sentinel_pool(2, 5), start_cols=PythonValue(None)),
+        value_case("windowed_clipped_at_width", w, range(1, 13), [0, 5, 12], [0, 1], sentinel_pool(2, 6), start_cols=[4, 5]),
+        value_case("windowed_at_and_past_width", w, range(1, 10), [0, 3, 6, 9], [0, 1, 2], sentinel_pool(3, 6), start_cols=[6, 7, 2**40]),
+        value_case("windowed_clipped_at_column_zero", w, range(1, 13), [0, 5, 12], [1, 0], sentinel_pool(2, 6), start_cols=[-2, -6]),
+        value_case("windowed_behind_the_whole_segment", w, range(1, 7), [0, 3, 6], [0, 1], sentinel_pool(2, 5), start_cols=[-3, -40]),
+        value_case("windowed_empty_windows", w, range(1, 7), [0, 0, 4, 2, 6], [0, 1, 2, 3], sentinel_pool(4, 5), start_cols=[1, 0, 3, 4]),
+        value_case("windowed_empty_batch", w, [5, 6], [0], [], sentinel_pool(2, 3), start_cols=[]),
+        value_case("windowed_width_zero", w, range(1, 5), [0, 2, 4], [1, 0], sentinel_pool(2, 0), start_cols=[0, 1]),
+        value_case("windowed_repeated_row_disjoint_windows", w, range(1, 8), [0, 2, 5, 7], [1, 1, 1], sentinel_pool(2, 8), start_cols=[0, 2, 6]),
+        value_case("windowed_rows_outside_skipped", w, range(1, 7), [0, 2, 4, 6], [-1, 0, 3], sentinel_pool(3, 6), start_cols=[1, 2, 0]),
+        value_case("windowed_negative_token_start", w, range(1, 9), [-3, 4, 8], [0, 1], sentinel_pool(2, 8), start_cols=[2, -2]),
+        value_case("windowed_offsets_past_flat_in", w, range(1, 6), [3, 9, 40], [0, 1], sentinel_pool(2, 8), start_cols=[1, 0]),
+        value_case("windowed_overlapping_segments", w, range(1, 9), [0, 6, 2, 8], [0, 1, 2], sentinel_pool(3, 6), start_cols=[3, -1, 2]),
+        # int64 extremes of s, start and end together: s = start = INT64_MIN writes from token 0 at column 0,
+        # s = INT64_MIN + 2 from token 0 at column 2; s < 0 with start - s past 2**63 - 1 writes nothing.
+        value_case(
+            "windowed_int64_extremes", w, range(1, 6),
+            [INT64_MIN, INT64_MAX, INT64_MIN, INT64_MAX, INT64_MAX - 1, INT64_MAX],
+            [0, 1, 2, 3, 4], sentinel_pool(5, 4), start_cols=[INT64_MIN, INT64_MIN, INT64_MIN + 2, -5, INT64_MIN],
+        ),
+        value_case(
+            "windowed_start_col_int64_max", w, range(1, 6), [0, 3, 5], [0, 1], sentinel_pool(2, 4),
+            start_cols=[INT64_MAX, INT64_MAX - 1],
+        ),
+        value_case(
+            "windowed_start_near_int64_max", w, range(1, 6), [INT64_MAX - 2, INT64_MAX, INT64_MAX], [0, 1], sentinel_pool(2, 4),
+            start_cols=[-1, INT64_MIN],
+        ),
+        value_case(
+            "windowed_column_slice_pool", w, range(21, 33), [0, 5, 12], [2, 0], sentinel_pool(3, 7),
+            start_cols=[4, -1], layout="column_slice",
+        ),
+        # A window at or past the width is truncation, not malformed: the checked mode lets it pass.
+        value_case(
+            "checked_windowed_past_width", "check_values", range(1, 8), [0, 3, 7], [1, 0], sentinel_pool(2, 5),
+            start_cols=[5, 3], check_values=True,
+        ),
     ]
 
 
@@ -199,9 +271,61 @@ def argument_error_cases() -> list[Case]:
             requires=("accelerator",), host=("pool_out",),
         ),
         error_case(
+            "start_cols_on_host", "device", V,
+            f"{P} start_cols is on cpu but pool_out is on {{accelerator}}; all arrays must be on one device",
+            requires=("accelerator",), host=("start_cols",), start_cols=a("int64", (2,), [0, 1]),
+        ),
+        error_case(
             "pool_rows_share_memory", "writable", V,
             f"{P} pool_out cannot be written in place: strides (0, 1) make several cells share memory",
             requires=("in_place",), layout="broadcast_rows",
+        ),
+    ]
+
+
+def windowed_argument_error_cases() -> list[Case]:
+    """``start_cols``, when given: the checks walk it after the four arguments; its length is bs."""
+    T, V = "KvCanaryTypeError", "KvCanaryValueError"
+    return [
+        error_case("start_cols_int32", "dtype", T, f"{P} start_cols must be int64, got int32", start_cols=a("int32", (2,), [0, 1])),
+        error_case("start_cols_float32", "dtype", T, f"{P} start_cols must be int64, got float32", start_cols=a("float32", (2,), [0, 1])),
+        error_case("start_cols_2d", "rank", V, f"{P} start_cols must be 1-D, got shape (2, 1)", start_cols=a("int64", (2, 1), [0, 1])),
+        error_case("start_cols_0d", "rank", V, f"{P} start_cols must be 1-D, got shape ()", start_cols=a("int64", (), [0])),
+        error_case("start_cols_too_long", "length", V, f"{P} start_cols length 3 != bs (2)", start_cols=a("int64", (3,), [0, 1, 2])),
+        error_case("start_cols_too_short", "length", V, f"{P} start_cols length 1 != bs (2)", start_cols=a("int64", (1,), [0])),
+        error_case(
+            "start_cols_for_empty_batch", "length", V, f"{P} start_cols length 1 != bs (0)",
+            offsets=a("int64", (1,), [0]), req_pool_indices=a("int64", (0,)), start_cols=a("int64", (1,), [0]),
+        ),
+        error_case("start_cols_list", "array", T, f"{P} start_cols must be an array, got list", start_cols=PythonValue([0, 1])),
+        error_case("start_cols_int", "array", T, f"{P} start_cols must be an array, got int", start_cols=PythonValue(0)),
+        error_case(
+            "start_cols_array_after_the_four", "order", T, f"{P} pool_out must be an array, got list",
+            pool_out=PythonValue([[0]]), start_cols=PythonValue([0, 1]),
+        ),
+        error_case(
+            "start_cols_array_before_rank", "order", T, f"{P} start_cols must be an array, got list",
+            flat_in=a("int64", (2, 3)), start_cols=PythonValue([0, 1]),
+        ),
+        error_case(
+            "start_cols_rank_after_the_four", "order", V, f"{P} pool_out must be 2-D, got shape (24,)",
+            pool_out=a("int32", (24,)), start_cols=a("int64", (1, 2), [0, 1]),
+        ),
+        error_case(
+            "start_cols_rank_before_dtype", "order", V, f"{P} start_cols must be 1-D, got shape (1, 2)",
+            flat_in=a("int32", (5,)), start_cols=a("int64", (1, 2), [0, 1]),
+        ),
+        error_case(
+            "start_cols_dtype_after_the_four", "order", T, f"{P} offsets must be int64, got int32",
+            offsets=a("int32", (3,), [0, 2, 5]), start_cols=a("int32", (2,), [0, 1]),
+        ),
+        error_case(
+            "start_cols_dtype_before_length", "order", T, f"{P} start_cols must be int64, got bool",
+            offsets=a("int64", (4,), [0, 1, 2, 5]), start_cols=a("bool", (2,), [0, 1]),
+        ),
+        error_case(
+            "offsets_length_before_start_cols_length", "order", V, f"{P} offsets length 4 != bs+1 (3)",
+            offsets=a("int64", (4,), [0, 1, 2, 5]), start_cols=a("int64", (3,), [0, 1, 2]),
         ),
     ]
 
@@ -224,11 +348,30 @@ def checked_error_cases() -> list[Case]:
             "checked_first_rule_wins", f"{P} offsets[0] must be >= 0, got -1",
             range(5), [-1, 7, 6], [9, 9],
         ),
+        checked_error(
+            "checked_start_cols_negative", f"{P} start_cols[1] must be >= 0, got -1",
+            range(5), [0, 2, 5], [0, 1], start_cols=[3, -1],
+        ),
+        checked_error(
+            "checked_start_cols_int64_min", f"{P} start_cols[0] must be >= 0, got {INT64_MIN}",
+            range(5), [0, 2, 5], [0, 1], start_cols=[INT64_MIN, -7],
+        ),
+        checked_error(
+            "checked_rows_before_start_cols", f"{P} req_pool_indices[1]=0 repeats req_pool_indices[0]",
+            range(5), [0, 2, 5], [0, 0], start_cols=[-1, -1],
+        ),
+        checked_error(
+            "checked_start_cols_after_offsets", f"{P} offsets[bs] must be <= len(flat_in) (5), got 6",
+            range(5), [0, 2, 6], [0, 1], start_cols=[0, -2],
+        ),
     ]
 
 
 def all_cases() -> list[Case]:
-    return value_cases() + argument_error_cases() + checked_error_cases()
+    return (
+        value_cases() + windowed_value_cases() + argument_error_cases() + windowed_argument_error_cases()
+        + checked_error_cases()
+    )
 
 
 def render() -> str:

@@ -13,7 +13,7 @@ import dataclasses
 
 import numpy as np
 
-from shared_spec.arguments import ARGUMENT_NAMES, OUTPUT
+from shared_spec.arguments import ARGUMENT_NAMES, OUTPUT, START_COLS
 from shared_spec.cases import ArrayData, Case, PythonValue
 
 # Extra columns around a "column_slice" pool: the slice starts at GUARD and the
@@ -48,7 +48,9 @@ class Runner:
     canonical device (``"cpu"`` or ``self.accelerator``); ``call(args,
     check_values)`` runs the operation and returns the native pool it leaves
     (the argument itself for in-place frontends); ``numpy(native)`` reads a
-    native array back; ``column_slice(parent, start, width)`` returns a strided
+    native array back; ``args`` holds the four arguments by name, and ``"start_cols"`` where the case
+    passes it (an array, or a Python value such as None: pass it on as the ``start_cols=`` keyword);
+    ``column_slice(parent, start, width)`` returns a strided
     view (in-place frontends only); ``broadcast_rows(row, n_rows)`` returns a
     pool whose rows alias one row (in-place frontends only).
     """
@@ -96,16 +98,22 @@ class Runner:
             return "the case needs an accelerator beside the CPU"
         return None
 
-    def scatter(self, flat_in, offsets, req_pool_indices, pool_out, *, check_values=False) -> np.ndarray:
-        """numpy in, numpy out: the pool after one call (raises what the call raises)."""
+    def scatter(self, flat_in, offsets, req_pool_indices, pool_out, *, start_cols=None, check_values=False) -> np.ndarray:
+        """numpy in, numpy out: the pool after one call (raises what the call raises).
+
+        ``start_cols`` (None: the call passes none) goes to ``call`` as the args' ``"start_cols"``.
+        """
         args = dict(zip(ARGUMENT_NAMES, (flat_in, offsets, req_pool_indices, pool_out)))
+        if start_cols is not None:
+            args[START_COLS.name] = start_cols
         native = {k: self.array(ArrayData.of(v), self.device) for k, v in args.items()}
         return self.numpy(self.call(native, check_values))
 
     def invoke(self, case: Case) -> Outcome:
         """Build the case's inputs natively, call once, and report what happened."""
         native = {}
-        for name in ARGUMENT_NAMES:
+        # start_cols only where the case has it: every other case calls with the four arguments.
+        for name in (*ARGUMENT_NAMES, *(n for n in (START_COLS.name,) if n in case.args)):
             arg = case.args[name]
             device = "cpu" if name in case.host else self.device
             native[name] = arg.value if isinstance(arg, PythonValue) else self.array(arg, device)

@@ -17,7 +17,7 @@ from shared_spec import scatter_reference
 from shared_spec.cases import load_cases
 from shared_spec.conformance import Runner, check_case
 from tests.profiles import property_settings
-from tests.strategies import batches, large_batch
+from tests.strategies import batches, large_batch, windowed_batches
 
 CASES = load_cases()
 # The conformance cases that are plain calls (no error, the pool as given), as numpy
@@ -25,7 +25,7 @@ CASES = load_cases()
 # overflowing differences, wrapping values.
 SEMANTIC_BATCHES = [
     [c.args[name].numpy() for name in ("flat_in", "offsets", "req_pool_indices", "pool_out")]
-    for c in CASES if c.error_class is None and c.layout is None
+    for c in CASES if c.error_class is None and c.layout is None and "start_cols" not in c.args
 ]
 
 
@@ -78,6 +78,17 @@ class ScatterContract:
         @given(batch=batches())
         def check(batch):
             assert_same_pool(runner.scatter(*batch), scatter_reference(*batch))
+
+        check()
+
+    def test_random_windowed_batches_match_reference(self, runner):
+        """start_cols: each request from its own first column (appends, windows past either edge, any int64)."""
+
+        @property_settings(self.examples)
+        @given(batch=windowed_batches())
+        def check(batch):
+            *arrays, start_cols = batch
+            assert_same_pool(runner.scatter(*arrays, start_cols=start_cols), scatter_reference(*batch))
 
         check()
 

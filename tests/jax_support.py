@@ -91,8 +91,9 @@ def lower_for_cuda(f, *shapes, donate=True) -> str:
     return jax.jit(f, donate_argnums=3 if donate else ()).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
 
 
-def assert_one_bare_mosaic_call(text: str) -> None:
-    """One Mosaic GPU call and nothing around it, on the op's own four operands, written into the donated pool.
+def assert_one_bare_mosaic_call(text: str, windowed: bool = False) -> None:
+    """One Mosaic GPU call and nothing around it, on the op's own four operands (windowed: the three vectors,
+    start_cols, the fifth argument, and the pool), written into the donated pool.
 
     Nothing around it: no convert, copy, pad or zero-filled GMEM scratch,
     each of which XLA would run as a kernel of its own at every application;
@@ -100,7 +101,8 @@ def assert_one_bare_mosaic_call(text: str) -> None:
     would build on the host at every execution.
     """
     assert re.findall(r"= \"?(\w+\.\w+)", text) == ["stablehlo.custom_call"]
-    assert "stablehlo.custom_call @mosaic_gpu_v2(%arg0, %arg1, %arg2, %arg3)" in text
+    operands = "%arg0, %arg1, %arg2, %arg4, %arg3" if windowed else "%arg0, %arg1, %arg2, %arg3"
+    assert f"stablehlo.custom_call @mosaic_gpu_v2({operands})" in text
     assert "uses_xla_collective_metadata = true" not in text and "xla_replica_ids" not in text
     assert "tf.aliasing_output = 0" in text
 

@@ -85,24 +85,47 @@ def tile_batches(draw, block: int):
     return flat_in, offsets, rows, pool
 
 
-first_columns = st.one_of(
-    st.just(0),
-    st.integers(0, 8),  # appends at a short request's length
-    st.integers(-4, 40),  # before column 0 (a malformed value the op still defines), and at or past the width
-    st.sampled_from([INT64_MIN, INT64_MIN + 1, -1, 2**31, INT64_MAX - 1, INT64_MAX]),  # int64 extremes
+start_col_values = st.one_of(
+    st.integers(INT64_MIN, INT64_MAX),  # anything an int64 holds: windows behind column 0, past the width, wrapping
+    st.sampled_from([INT64_MIN, INT64_MIN + 1, -1, INT64_MAX - 1, INT64_MAX]),
 )
 
 
+def start_cols_for(draw, offsets, width: int) -> np.ndarray:
+    """A first column per request: mostly appends inside the row (``0 .. C``), some just outside, some anywhere."""
+    bs = len(offsets) - 1
+    kinds = st.sampled_from(["inside", "inside", "inside", "edge", "edge", "any"])
+    cols = []
+    for _ in range(bs):
+        kind = draw(kinds)
+        if kind == "inside":
+            cols.append(draw(st.integers(0, width)))
+        elif kind == "edge":
+            cols.append(draw(st.integers(-width - 4, width + 4)))
+        else:
+            cols.append(draw(start_col_values))
+    return np.asarray(cols, dtype=np.int64)
+
+
 @st.composite
-def windowed_batches(draw, **sizes):
-    """``(flat_in, offsets, req_pool_indices, pool_out, start_cols)``: ``batches`` with a first column per request.
+def windowed_batches(draw, max_rows=8, max_width=24, max_bs=8, max_tokens=64):
+    """``batches`` with ``start_cols``: ``(flat_in, offsets, req_pool_indices, pool_out, start_cols)``.
 
     Offsets sometimes take int64 extremes too, so that a negative first column moves a start past ``2**63 - 1``.
     """
-    flat_in, offsets, rows, pool = draw(batches(**sizes))
+    flat_in, offsets, rows, pool = draw(batches(max_rows, max_width, max_bs, max_tokens))
     if draw(st.integers(0, 5)) == 0 and offsets.shape[0] > 1:
-        index = draw(st.integers(0, offsets.shape[0] - 1))
         offsets = offsets.copy()
-        offsets[index] = draw(st.sampled_from([INT64_MIN, INT64_MAX, INT64_MAX - 3, 2**62]))
-    start_cols = np.asarray(draw(st.lists(first_columns, min_size=rows.shape[0], max_size=rows.shape[0])), dtype=np.int64)
-    return flat_in, offsets, rows, pool, start_cols
+        offsets[draw(st.integers(0, offsets.shape[0] - 1))] = draw(st.sampled_from([INT64_MIN, INT64_MAX, INT64_MAX - 3, 2**62]))
+    return flat_in, offsets, rows, pool, start_cols_for(draw, offsets, pool.shape[1])
+
+
+@st.composite
+def extreme_windowed_batches(draw, max_bs=4, width=5, n_tokens=8):
+    """Offsets and start_cols anywhere in int64 (non-monotone, wrapping differences), distinct rows, a small pool."""
+    bs = draw(st.integers(1, max_bs))
+    edges = st.one_of(st.integers(-30, 30), st.integers(INT64_MIN, INT64_MAX), st.sampled_from([INT64_MIN, INT64_MAX]))
+    offsets = np.asarray(draw(st.lists(edges, min_size=bs + 1, max_size=bs + 1)), dtype=np.int64)
+    cols = np.asarray(draw(st.lists(st.one_of(st.integers(-12, 12), start_col_values), min_size=bs, max_size=bs)), dtype=np.int64)
+    flat_in = np.arange(1, n_tokens + 1, dtype=np.int64)
+    return flat_in, offsets, np.arange(bs, dtype=np.int64), sentinel_pool(bs, width, draw(st.integers(0, 99))), cols

@@ -42,8 +42,10 @@ def as_jax(*arrays):
 
 
 def scatter_fn(implementation, interpret, **kw):
-    def f(flat_in, offsets, rows, pool):
-        return scatter_req_token_ids(flat_in, offsets, rows, pool, implementation=implementation, interpret=interpret, **kw)
+    def f(flat_in, offsets, rows, pool, start_cols=None):
+        return scatter_req_token_ids(
+            flat_in, offsets, rows, pool, start_cols=start_cols, implementation=implementation, interpret=interpret, **kw
+        )
 
     return f
 
@@ -280,7 +282,8 @@ def checkified(implementation, interpret):
 @pytest.mark.parametrize("case", CHECKED_ERRORS, ids=[c.name for c in CHECKED_ERRORS])
 @pytest.mark.parametrize("implementation,interpret", WAYS)
 def test_checkify_under_jit_reports_the_eager_message(case, implementation, interpret):
-    args = [jnp.asarray(case.args[name].numpy()) for name in ("flat_in", "offsets", "req_pool_indices", "pool_out")]
+    names = ("flat_in", "offsets", "req_pool_indices", "pool_out") + (("start_cols",) if "start_cols" in case.args else ())
+    args = [jnp.asarray(case.args[name].numpy()) for name in names]
     err, out = checkified(implementation, interpret)(*args)
     assert err.get() == case.error_message + " (`check` failed)"
     error = kv_canary_jax.error_from_checkify(err)

@@ -204,3 +204,46 @@ def test_checkify_with_the_real_implementations(implementation):
     err, out = checked(*on_gpu(flat_in, offsets, bad, pool))
     assert str(error_from_checkify(err)) == f"kv-canary: scatter_req_token_ids req_pool_indices[7]={bad[3]} repeats req_pool_indices[3]"
     assert_same_pool(np.asarray(out), pool)
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_windowed_serving_step_jitted_and_donated(implementation):
+    """The incremental serving step on the GPU: prompts from column 0, then each step's new tokens at each request's length.
+
+    One jitted step with the pool donated (its buffer reused every step), against the reference; padded batches
+    (requests past the step's bs on row -1) keep one shape for the decode steps.
+    """
+
+    def step(flat_in, offsets, rows, pool, start_cols):
+        return scatter_req_token_ids(flat_in, offsets, rows, pool, start_cols=start_cols, implementation=implementation)
+
+    f = jax.jit(step, donate_argnums=3)
+    n_rows, width, bs = 257, 4096 + 700, 64
+    pool_np = sentinel_pool(n_rows, width, 11)
+    pool = jax.device_put(pool_np, GPU)
+    pointer = pool.unsafe_buffer_pointer()
+    rng = np.random.default_rng(12)
+    rows = rng.permutation(n_rows)[:bs].astype(np.int64)
+    lengths = np.zeros(bs, dtype=np.int64)
+    for n_new in [rng.integers(1, 3000, size=bs)] + [np.ones(bs, np.int64)] * 6 + [rng.integers(0, 900, size=bs)]:
+        offsets = np.concatenate([[0], np.cumsum(n_new)]).astype(np.int64)
+        flat_in = rng.integers(-(2**63), 2**63 - 1, size=int(offsets[-1]), dtype=np.int64, endpoint=True)
+        pool = f(*on_gpu(flat_in, offsets, rows), pool, jax.device_put(lengths, GPU))
+        pool_np = scatter_reference(flat_in, offsets, rows, pool_np, lengths)
+        lengths = lengths + n_new  # past the width on some rows: truncated there
+        assert pool.unsafe_buffer_pointer() == pointer
+    assert_same_pool(np.asarray(pool), pool_np)
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_random_windowed_batches(implementation):
+    from tests.strategies import windowed_batches
+
+    f = jax.jit(lambda a, b, c, d, s: scatter_req_token_ids(a, b, c, d, start_cols=s, implementation=implementation))
+
+    @property_settings(25)
+    @given(batch=windowed_batches(max_width=3 * BLOCK + 7, max_tokens=4 * BLOCK))
+    def check(batch):
+        assert_same_pool(np.asarray(f(*on_gpu(*batch))), scatter_reference(*batch))
+
+    check()

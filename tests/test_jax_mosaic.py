@@ -283,13 +283,15 @@ def test_vmap_over_pools_and_over_batches():
     [(5000, 10, 11, 300, None), (5000, 10, 11, 3000, None), (50, 4, 5, 9, None), (2**20, 8, 9, 8193, None),
      (3000, 70_000, 70_001, 3, None), (1200, 4, 4, 7 * 128 + 3, 128), (5000, 3, 2, 2**31 + 5, None)],
 )
-def test_lowers_for_cuda(monkeypatch, n_tokens, bs, n_rows, width, block):
-    """Pallas's Mosaic GPU lowering accepts every code path (tiles, short copies, staged copies, strides, big grids)."""
+@pytest.mark.parametrize("windowed", [False, True], ids=["plain", "windowed"])
+def test_lowers_for_cuda(monkeypatch, n_tokens, bs, n_rows, width, block, windowed):
+    """Pallas's Mosaic GPU lowering accepts every code path (tiles, short copies, staged copies, strides, big grids), windowed too."""
     if block == 128:
         monkeypatch.setattr(mosaic, "TARGET_PROGRAMS", 4)  # lanes striding over several tiles
     shapes = [((n_tokens,), jnp.int64), ((bs + 1,), jnp.int64), ((bs,), jnp.int64), ((n_rows, width), jnp.int32)]
+    shapes += [((bs,), jnp.int64)] * windowed
     text = lower_for_cuda(functools.partial(mosaic.scatter, block=block), *shapes)
-    assert_one_bare_mosaic_call(text)
+    assert_one_bare_mosaic_call(text, windowed=windowed)
 
 
 def test_lowers_for_cuda_through_the_api_under_vmap_and_checkify(monkeypatch):

@@ -293,10 +293,12 @@ def lower_for_tpu(f, *shapes, donate=True):
     return jax.jit(f, donate_argnums=3 if donate else ()).trace(*args).lower(lowering_platforms=("tpu",)).as_text()
 
 
+@pytest.mark.parametrize("windowed", [False, True], ids=["plain", "windowed"])
 @pytest.mark.parametrize("n_tokens,bs,n_rows,width", [(5000, 300, 301, 3000), (3, 2, 5, 1), (2**20, 8, 9, 8193)])
-def test_lowers_for_tpu(tpu_lowering, n_tokens, bs, n_rows, width):
-    """Pallas's Mosaic TPU lowering takes the kernel (int32 scalars and indices, even with x64 on)."""
+def test_lowers_for_tpu(tpu_lowering, n_tokens, bs, n_rows, width, windowed):
+    """Pallas's Mosaic TPU lowering takes the kernel (int32 scalars and indices, even with x64 on), windowed too."""
     shapes = [((n_tokens,), jnp.int64), ((bs + 1,), jnp.int64), ((bs,), jnp.int64), ((n_rows, width), jnp.int32)]
+    shapes += [((bs,), jnp.int64)] * windowed
     text = lower_for_tpu(tpu_kernel.scatter, *shapes)
     assert text.count("stablehlo.custom_call @tpu_custom_call") == 1
     assert "output_operand_aliases" in text and "tf.aliasing_output = 0" in text

@@ -28,11 +28,11 @@ from kv_canary_jax import implementations, platforms, sharded  # noqa: E402
 from kv_canary_jax.api import scatter_req_token_ids  # noqa: E402
 from kv_canary_jax.sharded import scatter_req_token_ids_sharded  # noqa: E402
 from shared_spec import errors, scatter_reference  # noqa: E402
-from shared_spec.arguments import ARGUMENT_NAMES, OUTPUT  # noqa: E402
+from shared_spec.arguments import ARGUMENT_NAMES, OUTPUT, START_COLS  # noqa: E402
 from shared_spec.cases import ArrayData, PythonValue, load_cases  # noqa: E402
 from tests.contract import assert_same_pool  # noqa: E402
 from tests.profiles import property_settings  # noqa: E402
-from tests.strategies import batches, large_batch, sentinel_pool  # noqa: E402
+from tests.strategies import batches, large_batch, sentinel_pool, windowed_batches  # noqa: E402
 
 CPUS = jax.devices("cpu")
 pytestmark = pytest.mark.skipif(
@@ -109,7 +109,12 @@ def sharded_fn(mesh=None, axis=None, implementation=None, interpret=False, **kw)
 
 
 def single_result(batch, implementation, interpret, check_values=False) -> np.ndarray:
-    out = scatter_req_token_ids(*single(*batch), implementation=implementation, interpret=interpret, check_values=check_values)
+    """The single-device call's pool; ``batch[4]``, where there is one, is ``start_cols``."""
+    flat_in, offsets, rows, pool, *window = single(*batch)
+    kw = {"start_cols": window[0]} if window else {}
+    out = scatter_req_token_ids(
+        flat_in, offsets, rows, pool, **kw, implementation=implementation, interpret=interpret, check_values=check_values
+    )
     return np.asarray(out)
 
 
@@ -123,8 +128,9 @@ def assert_sharded_like_single(batch, n, implementation, interpret, check_values
     """
     mesh = mesh_of(n)
     pool = jax.device_put(batch[3], row_sharding(mesh))
+    window = {"start_cols": batch[4]} if len(batch) > 4 else {}  # a windowed batch: start_cols replicated
     out = scatter_req_token_ids_sharded(
-        *batch[:3], pool, implementation=implementation, interpret=interpret, check_values=check_values
+        *batch[:3], pool, **window, implementation=implementation, interpret=interpret, check_values=check_values
     )
     if out.size:  # (JAX gives an empty array whatever sharding it likes)
         assert out.sharding.is_equivalent_to(pool.sharding, 2), out.sharding
@@ -167,6 +173,8 @@ CONFORMANCE_WAYS = [(4, "xla", False), (2, "xla", False), (4, "pallas", True)]
 @pytest.mark.parametrize("case", POOL_CASES, ids=[c.name for c in POOL_CASES])
 def test_conformance_case_matches_single_device(case, n, implementation, interpret):
     batch = [case.args[name].numpy() for name in ARGUMENT_NAMES]
+    if isinstance(case.args.get(START_COLS.name), ArrayData):
+        batch.append(case.args[START_COLS.name].numpy())
     n_rows = batch[3].shape[0]
     batch[3] = pad_rows(batch[3], n)
     got = assert_sharded_like_single(batch, n, implementation, interpret, case.check_values, key=case.name)
@@ -178,7 +186,7 @@ def test_conformance_case_matches_single_device(case, n, implementation, interpr
 def test_errors_match_single_device(case):
     """Bad arguments: the same class and message as the single-device call, before the pool is touched."""
     native = {}
-    for name in ARGUMENT_NAMES:
+    for name in (*ARGUMENT_NAMES, *(n for n in (START_COLS.name,) if n in case.args)):
         arg = case.args[name]
         native[name] = arg.value if isinstance(arg, PythonValue) else jax.device_put(arg.numpy(), CPUS[0])
     with pytest.raises(Exception) as expected:
@@ -210,6 +218,46 @@ def test_random_batches_match_single_device(implementation, interpret, examples)
         assert_same_pool(got, scatter_reference(flat_in, offsets, rows, padded))
 
     check()
+
+
+@pytest.mark.parametrize("implementation,interpret,examples", [("xla", False, 6), ("pallas", True, 3)], ids=WAY_IDS)
+def test_random_windowed_batches_match_single_device(implementation, interpret, examples):
+    """start_cols, per request, replicated: each device writes its rows' windows from their first columns."""
+
+    @property_settings(examples)
+    @given(batch=windowed_batches(max_rows=12))
+    def check(batch):
+        flat_in, offsets, rows, pool, start_cols = batch
+        padded = pad_rows(pool, 4)
+        got = assert_sharded_like_single((flat_in, offsets, rows, padded, start_cols), 4, implementation, interpret)
+        assert_same_pool(got, scatter_reference(flat_in, offsets, rows, padded, start_cols))
+
+    check()
+
+
+@pytest.mark.parametrize("implementation,interpret", WAYS, ids=WAY_IDS)
+def test_windowed_jit_with_donation_and_checkify(implementation, interpret):
+    mesh = mesh_of(4)
+    batch = large_batch(bs=15, width=9, seed=45)
+    cols = np.random.default_rng(46).integers(0, 10, size=15).astype(np.int64)
+
+    def f(flat_in, offsets, rows, pool, start_cols, check_values=False):
+        return scatter_req_token_ids_sharded(
+            flat_in, offsets, rows, pool, start_cols=start_cols, mesh=mesh, axis=AXIS,
+            implementation=implementation, interpret=interpret, check_values=check_values,
+        )
+
+    pool = on_mesh(batch[3], mesh)
+    pointers = shard_pointers(pool)
+    out = jax.jit(f, donate_argnums=3)(*[jnp.asarray(a) for a in batch[:3]], pool, jnp.asarray(cols))
+    assert pool.is_deleted() and shard_pointers(out) == pointers
+    assert_same_pool(np.asarray(out), scatter_reference(*batch, cols))
+    checked = jax.jit(checkify.checkify(functools.partial(f, check_values=True), errors=checkify.user_checks))
+    bad = cols.copy()
+    bad[11] = -1
+    err, out = checked(*[jnp.asarray(a) for a in batch[:3]], on_mesh(batch[3], mesh), jnp.asarray(bad))
+    assert err.get() == per_device(f"{P_} start_cols[11] must be >= 0, got -1", 4)
+    assert_same_pool(np.asarray(out), batch[3])
 
 
 @pytest.mark.parametrize("implementation,interpret", WAYS, ids=WAY_IDS)

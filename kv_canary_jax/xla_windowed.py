@@ -1,0 +1,66 @@
+"""The XLA path of a windowed call (``start_cols``): any platform, vectorized, exact for any values.
+
+Contract: ``scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols)`` takes int64 ``flat_in[N]``,
+``offsets[bs+1]``, ``req_pool_indices[bs]``, ``start_cols[bs]`` and an int32 ``pool_out[R, C]`` whose checks have
+passed, and returns the pool with the requests' tokens written from their first columns, exactly as
+``shared_spec.reference`` says. One scatter per chunk of requests writes the pool (in place when the caller donates
+it); when ``bs``, ``N``, ``R`` or ``C`` is 0 the pool is returned as is. Unwindowed calls take ``xla.scatter``.
+
+One formulation, per cell, ``O(bs * min(C, N))`` cells, whatever the offsets (overlapping or decreasing segments
+included): each request covers ``longest_window(C, N)`` pool columns from the ``lo`` of its window
+(``windows.pool_window``: the spec's ``windowed_columns`` in pool columns), which hold all of its writes; cell ``lo +
+i`` is written where it is below ``hi`` and the row is in ``[0, R)``, from ``flat_in[base + lo + i]``. Requests are
+processed ``CELLS_PER_STEP // longest_window`` at a time (one step for small batches, a ``fori_loop`` otherwise) so
+the temporaries stay bounded whatever ``bs``.
+
+Skipped cells are never written: their scatter index is the row ``R`` (past the pool; ``mode="drop"`` discards it),
+and their token index 0 (``take`` with ``mode="clip"`` on an ``N > 0`` array). Written cells have ``0 <= lo + i <
+hi <= C`` and ``base + lo + i`` in ``[0, N)`` (``windows``' bounds), so no index is ever negative or past its array
+and JAX's index normalization never applies.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from kv_canary_jax.windows import pool_window
+from shared_spec.reference import longest_window
+
+# Cells (request x column) one step materializes: 4M cells is ~80 MB of int64/int32/bool temporaries, small next to
+# any pool worth a loop, large enough that typical batches take one step.
+CELLS_PER_STEP = 1 << 22
+
+
+def scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols) -> jax.Array:
+    """The pool with the requests' tokens written from their first columns (see the module docstring)."""
+    (n_tokens,), (bs,), (n_rows, width) = flat_in.shape, req_pool_indices.shape, pool_out.shape
+    if min(bs, n_tokens, n_rows, width) == 0:
+        return pool_out
+    span = longest_window(width, n_tokens)
+    bases, los, his = pool_window(offsets[:-1], offsets[1:], start_cols, width, n_tokens, jnp)
+
+    def step(pool, bases, los, his, rows):
+        c = los[:, None] + jnp.arange(span, dtype=jnp.int64)[None, :]
+        row_ok = (rows >= 0) & (rows < n_rows)
+        ok = (c < his[:, None]) & row_ok[:, None]
+        t = bases[:, None] + c  # in [0, N) wherever ok
+        values = jnp.take(flat_in, jnp.where(ok, t, 0), mode="clip").astype(jnp.int32)  # low 32 bits
+        target = jnp.where(ok, jnp.broadcast_to(rows[:, None], ok.shape), n_rows)
+        return pool.at[target, jnp.where(ok, c, 0)].set(values, mode="drop")
+
+    chunk = max(1, min(bs, CELLS_PER_STEP // span))
+    steps = -(-bs // chunk)
+    if steps == 1:
+        return step(pool_out, bases, los, his, req_pool_indices)
+    # Pad to whole chunks with requests on row R: skipped like any row outside the pool.
+    pad = steps * chunk - bs
+    padded = [jnp.pad(a, (0, pad)) for a in (bases, los, his)]
+    padded.append(jnp.pad(req_pool_indices, (0, pad), constant_values=n_rows))
+
+    def body(i, pool):
+        part = [lax.dynamic_slice_in_dim(a, i * chunk, chunk) for a in padded]
+        return step(pool, *part)
+
+    return lax.fori_loop(0, steps, body, pool_out)
