@@ -1,4 +1,4 @@
-"""``kv-canary``: the project's command line (``check``, ``bench``).
+"""``kv-canary``: the project's command line (``check``, ``bench``, ``plot``).
 
 Contract: ``main(argv) -> int`` parses ``argv`` (``sys.argv[1:]`` when None),
 runs the command and returns its exit code (``EXIT_*``; ``--help``,
@@ -34,6 +34,8 @@ what is being loaded, and why a command could not run go to standard error.
   libtpu is installed) it times the JAX implementations there; elsewhere,
   without torch/triton/jax or without a CUDA GPU it explains what is missing
   and exits ``EXIT_NOTHING_RAN``, before importing the benchmark module.
+- ``plot``: see ``PLOT_HELP`` (``kv_canary.plot``); without matplotlib it
+  names the ``plot`` extra and exits ``EXIT_NOTHING_RAN``.
 """
 
 from __future__ import annotations
@@ -113,6 +115,17 @@ JAX step bench alone, kv_canary/bench_step.py, a few minutes, jax only). On a
 TPU it times the Mosaic TPU kernel against XLA instead (jax only). Every mode
 refuses a machine without a GPU in a second or two, but one: --step --short,
 a short run of the step bench that also works on a CPU."""
+
+PLOT_HELP = """Draw the figures of a kv-canary bench run (the JSON that kv-canary bench --json
+prints; docs/performance.json is the last run's) as PNGs: the Triton kernel over
+the per-request-tile baseline at every case, flushed and chained, and the
+launcher's host time in the serving pattern (kv_canary/plot.py). Any machine;
+needs matplotlib (pip install 'kv-canary[plot]'). Takes a few seconds."""
+PLOT_EXIT_CODES = exit_codes({
+    EXIT_OK: "the PNGs were written (their paths on stdout)",
+    EXIT_USAGE: "usage error: an unknown option, or a file that is not a bench run's JSON",
+    EXIT_NOTHING_RAN: "nothing was drawn: matplotlib not installed, or the run has no figures to draw",
+})
 
 NO_GPU = (
     "no CUDA GPU here; bench times the compiled kernels on a GPU "
@@ -456,6 +469,28 @@ def bench(args) -> int:
     return bench_module.run(args)
 
 
+# -- plot --------------------------------------------------------------------------
+
+
+def plot(args) -> int:
+    try:
+        from kv_canary import plot as plot_module
+    except ImportError as error:  # the plot extra is not installed: its hint
+        raise NothingRan(str(error)) from None
+    import pathlib
+
+    try:
+        saved = json.loads(pathlib.Path(args.bench_json).read_text())
+        saved["meta"], saved["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UsageError(f"{args.bench_json} is not the JSON of kv-canary bench --json ({error})") from None
+    written = [str(path) for path in plot_module.write(saved, pathlib.Path(args.out))]
+    if not written:
+        raise NothingRan(f"{args.bench_json} has no figures to draw")
+    print(json.dumps({"written": written, "ok": True, "exit_code": EXIT_OK}, indent=2) if args.json else "\n".join(written))
+    return EXIT_OK
+
+
 # -- main --------------------------------------------------------------------------
 
 
@@ -504,6 +539,15 @@ def parser() -> Parser:
                          help="with --step: a short run that also works on a CPU (where only XLA runs)")
     p_bench.add_argument("-q", "--quiet", action="store_true", help="no status lines on stderr")
     p_bench.set_defaults(func=bench, parser=p_bench)
+    # plot
+    p_plot = sub.add_parser(
+        "plot", description=PLOT_HELP, epilog=PLOT_EXIT_CODES,
+        help="draw a bench run's figures as PNGs (any machine; needs the plot extra; seconds)",
+    )
+    p_plot.add_argument("bench_json", metavar="BENCH.json", help="what kv-canary bench --json printed (docs/performance.json)")
+    p_plot.add_argument("--out", default=".", metavar="DIR", help="the folder to write the PNGs into (default: here)")
+    p_plot.add_argument(JSON, action="store_true", help="print one JSON object on stdout: the files written (or the error)")
+    p_plot.set_defaults(func=plot, parser=p_plot)
     return top
 
 
