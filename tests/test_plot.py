@@ -97,11 +97,12 @@ def test_plot_draws_only_what_the_run_has(tmp_path):
     assert plot.write({"meta": {}, "rows": []}, tmp_path / "none") == []
 
 
-def test_the_committed_pictures_are_the_committed_figures_drawn(tmp_path):
-    """docs/*.png are what kv-canary plot draws from docs/performance.json here (same matplotlib, same bytes)."""
+def test_every_picture_of_the_committed_figures_is_committed(tmp_path):
+    """Each PNG that kv-canary plot draws from docs/performance.json lies in docs/, where docs/performance.md shows it."""
     pytest.importorskip("matplotlib")
     from kv_canary import plot
 
     for path in plot.write(SAVED, tmp_path):
         assert (ROOT / "docs" / path.name).is_file()
         assert (ROOT / "docs" / path.name).stat().st_size > 10_000  # a picture, not an empty canvas
+        assert f"]({path.name})" in (ROOT / "docs" / "performance.md").read_text()
