@@ -1,4 +1,4 @@
-"""``kv-canary``: the project's command line (``check``, ``bench``).
+"""``kv-canary``: the project's command line (``check``, ``bench``, ``plot``).
 
 Contract: ``main(argv) -> int`` parses ``argv`` (``sys.argv[1:]`` when None),
 runs the command and returns its exit code (``EXIT_*``; ``--help``,
@@ -34,6 +34,8 @@ what is being loaded, and why a command could not run go to standard error.
   libtpu is installed) it times the JAX implementations there; elsewhere,
   without torch/triton/jax or without a CUDA GPU it explains what is missing
   and exits ``EXIT_NOTHING_RAN``, before importing the benchmark module.
+- ``plot``: see ``PLOT_HELP`` (``kv_canary.plot``); without matplotlib it
+  names the ``plot`` extra and exits ``EXIT_NOTHING_RAN``.
 """
 
 from __future__ import annotations
@@ -110,9 +112,25 @@ triton and (unless --no-jax) jax. Takes several minutes (--quick: only cases
 of at most 2M tokens; --case: only the device-time rows of the cases named,
 to run one again; --host: the host table alone, under a minute; --step: the
 JAX step bench alone, kv_canary/bench_step.py, a few minutes, jax only). On a
-TPU it times the Mosaic TPU kernel against XLA instead (jax only)."""
+TPU it times the Mosaic TPU kernel against XLA instead (jax only). Every mode
+refuses a machine without a GPU in a second or two, but one: --step --short,
+a short run of the step bench that also works on a CPU."""
 
-NO_GPU = "no CUDA GPU (torch.cuda.is_available() is False); bench times the compiled kernels on a GPU"
+PLOT_HELP = """Draw the figures of a kv-canary bench run (the JSON that kv-canary bench --json
+prints; docs/performance.json is the last run's) as PNGs: the Triton kernel over
+the per-request-tile baseline at every case, flushed and chained, and the
+launcher's host time in the serving pattern (kv_canary/plot.py). Any machine;
+needs matplotlib (pip install 'kv-canary[plot]'). Takes a few seconds."""
+PLOT_EXIT_CODES = exit_codes({
+    EXIT_OK: "the PNGs were written (their paths on stdout)",
+    EXIT_USAGE: "usage error: an unknown option, or a file that is not a bench run's JSON",
+    EXIT_NOTHING_RAN: "nothing was drawn: matplotlib not installed, or the run has no figures to draw",
+})
+
+NO_GPU = (
+    "no CUDA GPU here; bench times the compiled kernels on a GPU "
+    "(the one CPU variant: bench --step --short, a short run of the step bench)"
+)
 
 
 class CommandError(Exception):
@@ -158,8 +176,22 @@ class Parser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):
         namespace, unknown = super().parse_known_args(args, namespace)
         if unknown:
-            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+            self.error(f"unrecognized arguments: {' '.join(unknown)}" + self.misplaced_hint(unknown, namespace))
         return namespace, unknown
+
+    def misplaced_hint(self, unknown: list[str], namespace) -> str:
+        """Where an unknown option is one of the chosen command's (``kv-canary --json check``): say it goes after the command."""
+        commands = [action for action in self._actions if isinstance(action, argparse._SubParsersAction)]
+        command = getattr(namespace, "command", None)
+        if not commands or command not in commands[0].choices:
+            return ""
+        known = commands[0].choices[command]._option_string_actions
+        misplaced = [word for word in unknown if word.split("=", 1)[0] in known]
+        if not misplaced:
+            return ""
+        words = " ".join(misplaced)
+        what = "is an option" if len(misplaced) == 1 else "are options"
+        return f" ({words} {what} of {command}: write {'it' if len(misplaced) == 1 else 'them'} after the command, 'kv-canary {command} {words}')"
 
     def error(self, message):
         raise UsageError(message, parser=self)
@@ -274,23 +306,29 @@ def verdict(result, strict: bool) -> tuple[int, str]:
 def check(args) -> int:
     cases = select_cases(args.case)
     frontends = selected_frontends(args.backend)
-    say(args, f"kv-canary check: loading {' and '.join(frontends)} (a few seconds)...")
     from kv_canary import matrix
 
+    missing = matrix.missing_frameworks(frontends)
+    loading = [name for frontend, _, name in matrix.FRONTENDS if frontend in frontends and name not in missing]
+    if loading:  # nothing to load where neither framework is installed: the skips and the install hint say so
+        say(args, f"kv-canary check: loading {' and '.join(loading)} (a few seconds)...")
     notes = matrix.prepare_environment(frontends)
     runners, skipped = matrix.collect_runners(frontends)
     runners, skipped = select_runners(args.backend, runners, skipped)
-    missing = matrix.missing_frameworks(frontends)
     install = errors.install_hint(missing) if missing else None
     if args.list:
         return list_backends(args, runners, skipped, cases, install)
     for note in notes:
         say(args, f"note: {note}")
 
+    spent: list[float] = []  # seconds of each backend that finished
+
     def started(index, total, name):
-        say(args, f"[{index + 1}/{total}] {name}: running {len(cases)} case{'s' * (len(cases) != 1)}...")
+        left = f" (about {time_left(spent, total - index)} left)" if spent else ""
+        say(args, f"[{index + 1}/{total}] {name}: running {len(cases)} case{'s' * (len(cases) != 1)}...{left}")
 
     def finished(name, results, seconds):
+        spent.append(seconds)
         counts = {s: sum(r.status == s for r in results) for s in ("pass", "fail", "skip")}
         say(args, f"      {name}: {counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped ({seconds:.1f} s)")
 
@@ -304,6 +342,14 @@ def check(args) -> int:
     lines = [render_table(result)] if result.rows else [f"skipped {name}: {why}" for name, why in result.skipped.items()]
     print("\n".join(lines + ([f"install: {install}"] if install else []) + [line]))
     return code
+
+
+def time_left(spent: list[float], remaining: int) -> str:
+    """A rough time for ``remaining`` more backends at the mean pace of those that finished (``spent``, seconds)."""
+    seconds = sum(spent) / len(spent) * remaining
+    if seconds < 1:
+        return "a second"
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def list_backends(args, runners, skipped, cases, install: str | None) -> int:
@@ -380,12 +426,24 @@ def bench(args) -> int:
     if args.case and args.host:
         raise UsageError("--case selects device-time cases; --host times the launcher's host work alone")
 
+    if args.short and not args.step:
+        raise UsageError("--short is the step bench's CPU variant: bench --step --short")
     if args.step:  # JAX alone: what the scatter adds to a jitted step like a server's (kv_canary.bench_step)
         if not installed("jax"):
             raise NothingRan(errors.not_installed(["jax"]))
         from kv_canary import bench_step
 
-        return bench_step.main((["--json"] if args.json else []) + [arg for text in args.case or () for arg in ("--case", text)])
+        step_argv = (["--json"] if args.json else []) + [arg for text in args.case or () for arg in ("--case", text)]
+        if args.short:
+            if bench_step.parser().parse_known_args(["--short"])[1]:
+                raise UsageError("--short: this kv_canary.bench_step has no short variant")
+            return bench_step.main(step_argv + ["--short"])
+        say(args, "kv-canary bench: loading jax (a few seconds)...")
+        from kv_canary_jax.platforms import gpu_device
+
+        if gpu_device() is None:  # on a CPU the full step bench runs for tens of minutes: refuse, as every mode does
+            raise NothingRan(NO_GPU)
+        return bench_step.main(step_argv)
     if not args.no_jax and installed("jax"):
         from kv_canary import bench as bench_module
 
@@ -409,6 +467,28 @@ def bench(args) -> int:
     from kv_canary import bench as bench_module
 
     return bench_module.run(args)
+
+
+# -- plot --------------------------------------------------------------------------
+
+
+def plot(args) -> int:
+    try:
+        from kv_canary import plot as plot_module
+    except ImportError as error:  # the plot extra is not installed: its hint
+        raise NothingRan(str(error)) from None
+    import pathlib
+
+    try:
+        saved = json.loads(pathlib.Path(args.bench_json).read_text())
+        saved["meta"], saved["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UsageError(f"{args.bench_json} is not the JSON of kv-canary bench --json ({error})") from None
+    written = [str(path) for path in plot_module.write(saved, pathlib.Path(args.out))]
+    if not written:
+        raise NothingRan(f"{args.bench_json} has no figures to draw")
+    print(json.dumps({"written": written, "ok": True, "exit_code": EXIT_OK}, indent=2) if args.json else "\n".join(written))
+    return EXIT_OK
 
 
 # -- main --------------------------------------------------------------------------
@@ -455,8 +535,19 @@ def parser() -> Parser:
     p_bench.add_argument("--host", action="store_true", help="only the torch launcher's host time in the serving pattern (seconds)")
     p_bench.add_argument("--step", action="store_true",
                          help="only JAX: the scatter's marginal cost in a jitted step like a server's, per implementation (minutes)")
+    p_bench.add_argument("--short", action="store_true",
+                         help="with --step: a short run that also works on a CPU (where only XLA runs)")
     p_bench.add_argument("-q", "--quiet", action="store_true", help="no status lines on stderr")
     p_bench.set_defaults(func=bench, parser=p_bench)
+    # plot
+    p_plot = sub.add_parser(
+        "plot", description=PLOT_HELP, epilog=PLOT_EXIT_CODES,
+        help="draw a bench run's figures as PNGs (any machine; needs the plot extra; seconds)",
+    )
+    p_plot.add_argument("bench_json", metavar="BENCH.json", help="what kv-canary bench --json printed (docs/performance.json)")
+    p_plot.add_argument("--out", default=".", metavar="DIR", help="the folder to write the PNGs into (default: here)")
+    p_plot.add_argument(JSON, action="store_true", help="print one JSON object on stdout: the files written (or the error)")
+    p_plot.set_defaults(func=plot, parser=p_plot)
     return top
 
 

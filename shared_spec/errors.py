@@ -28,7 +28,8 @@ class KvCanaryValueError(ValueError):
 # once, however many frameworks are missing.
 NOT_INSTALLED = "{modules} {verb} not installed"
 INSTALL_HINT = (
-    "pip install 'kv-canary[cpu]' installs the tested CPU stack; pip install 'kv-canary[{extras}]' installs "
+    "pip install 'kv-canary[cpu]' --extra-index-url https://download.pytorch.org/whl/cpu --retries 0 installs the "
+    "tested CPU stack (torch's CPU build from PyTorch's CPU index); pip install 'kv-canary[{extras}]' installs "
     "the tested version ranges, keeping a build of your own within them (a CUDA torch, jax with its CUDA plugin)"
 )
 # The extra that installs each framework (module name -> extra).

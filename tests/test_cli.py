@@ -139,6 +139,25 @@ def assert_usage_of_its_command(err: str, argv) -> None:
     assert usage == TOP_USAGE or TOP_USAGE not in err, err
 
 
+@pytest.mark.parametrize("argv, command, options", [
+    (["--json", "check"], "check", "--json"),
+    (["--quiet", "bench", "--no-jax"], "bench", "--quiet"),
+    (["--json", "--strict", "check", "--list"], "check", "--json --strict"),
+])
+def test_a_command_option_before_the_command_says_where_it_goes(capsys, argv, command, options):
+    code, out, err = run_main(capsys, *argv)
+    assert code == cli.EXIT_USAGE
+    assert f"unrecognized arguments: {options} (" in err
+    assert f"write {'them' if ' ' in options else 'it'} after the command, 'kv-canary {command} {options}')" in err
+    if "--json" in argv:  # still one JSON object, with the hint in its error
+        assert f"'kv-canary {command} {options}'" in json.loads(out)["error"]
+
+
+def test_an_option_no_command_has_gets_no_hint(capsys):
+    code, _, err = run_main(capsys, "--no-such-option", "check")
+    assert code == cli.EXIT_USAGE and "unrecognized arguments: --no-such-option\n" in err and "after the command" not in err
+
+
 @pytest.mark.parametrize("argv, says", USAGE_ERRORS)
 def test_usage_errors_exit_2_print_the_usage_of_their_command_and_nothing_on_stdout(capsys, argv, says):
     code, out, err = run_main(capsys, *argv)
@@ -215,8 +234,16 @@ def test_a_subset_runs_only_what_was_asked_with_a_progress_line_per_backend(caps
     assert f"case pool_rows_share_memory skipped on jax/xla: {IN_PLACE_ONLY}" in out
     progress = err.splitlines()
     assert progress[0].startswith("kv-canary check: loading torch and jax")
-    assert "[1/2] torch/torch: running 3 cases..." in progress and "[2/2] jax/xla: running 3 cases..." in progress
-    assert progress.index("[1/2] torch/torch: running 3 cases...") < progress.index("[2/2] jax/xla: running 3 cases...")
+    first = progress.index("[1/2] torch/torch: running 3 cases...")  # nothing finished yet: no time left to tell
+    second = next(i for i, line in enumerate(progress) if line.startswith("[2/2] jax/xla: running 3 cases... (about "))
+    assert first < second and progress[second].endswith(" left)")
+
+
+@pytest.mark.parametrize("spent, remaining, says", [
+    ([2.0, 4.0], 3, "9 s"), ([0.1], 2, "a second"), ([30.0], 4, "2 min"), ([10.0, 20.0], 0, "a second"),
+])
+def test_the_time_left_is_the_mean_pace_times_the_backends_left(spent, remaining, says):
+    assert cli.time_left(spent, remaining) == says
 
 
 def test_a_whole_frontend_and_case_patterns_select(capsys):
@@ -321,6 +348,12 @@ def test_check_without_torch_or_jax_says_once_what_to_install_and_exits_3():
     assert out.count("pip install 'kv-canary[cpu]'") == 1 and "pip install 'kv-canary[torch,jax]'" in out
     assert "errors identical" not in out and "NOTHING RAN" in out
     assert "Triton's interpreter" not in err  # no note about a kernel that cannot run
+    assert "loading" not in err  # nothing to load
+
+
+def test_check_says_it_loads_only_the_frameworks_that_are_installed():
+    _, _, err = run_blocked(["torch"], "check", "--list")
+    assert "kv-canary check: loading jax (a few seconds)..." in err and "loading torch" not in err
 
 
 def test_check_without_torch_runs_the_jax_backends_and_counts_the_skip():
@@ -381,3 +414,30 @@ def test_bench_without_a_gpu_exits_3_and_honours_json(capsys, as_json):
         assert json.loads(out) == {"ok": False, "exit_code": cli.EXIT_NOTHING_RAN, "error": f"nothing ran: {cli.NO_GPU}"}
     else:
         assert out == ""
+
+
+@pytest.mark.skipif(cuda_available(), reason="a CUDA GPU is here: bench would run")
+@pytest.mark.parametrize("mode", [[], ["--host"], ["--no-jax"], ["--step"], ["--step", "--case", "64x8192"]])
+def test_every_bench_mode_without_a_gpu_refuses_alike_before_it_runs(capsys, monkeypatch, mode):
+    from kv_canary import bench_step
+
+    monkeypatch.setattr(bench_step, "main", lambda argv=None: pytest.fail("the step bench ran without a GPU"))
+    code, out, err = run_main(capsys, "bench", *mode)
+    assert code == cli.EXIT_NOTHING_RAN and out == ""
+    assert err.strip().endswith(f"kv-canary bench: nothing ran: {cli.NO_GPU}")
+
+
+def test_bench_short_is_the_step_benchs_and_is_passed_on(capsys, monkeypatch):
+    import argparse
+
+    from kv_canary import bench_step
+
+    code, _, err = run_main(capsys, "bench", "--short")
+    assert code == cli.EXIT_USAGE and "--short is the step bench's CPU variant: bench --step --short" in err
+    seen = []
+    short_parser = argparse.ArgumentParser()
+    short_parser.add_argument("--short", action="store_true")
+    monkeypatch.setattr(bench_step, "parser", lambda: short_parser)
+    monkeypatch.setattr(bench_step, "main", lambda argv=None: seen.append(argv) or 0)
+    code, _, _ = run_main(capsys, "bench", "--step", "--short", "--case", "64x8192", "--json")
+    assert code == cli.EXIT_OK and seen == [["--json", "--case", "64x8192", "--short"]]

@@ -83,3 +83,16 @@ def test_the_install_hints_name_extras_that_install_their_frameworks():
     assert errors.not_installed(["jax"]) == f"jax is not installed; {errors.install_hint(['jax'])}"
     for reason, module in ((errors.TRITON_NOT_INSTALLED, "triton"), (errors.PALLAS_NEEDS_JAX, "jax")):
         assert f"pip install 'kv-canary[{errors.EXTRA[module]}]'" in reason
+
+
+def test_the_cpu_install_hint_names_the_readmes_cpu_index_and_no_retries():
+    """The hint's cpu install is the README's: without PyTorch's CPU index pip pulls the CUDA build, several GB more."""
+    readme = (ROOT / "README.md").read_text()
+    index = re.search(r"--extra-index-url (\S+)", readme).group(1)
+    hint = errors.install_hint(["torch"])
+    assert f"pip install 'kv-canary[cpu]' --extra-index-url {index} --retries 0 " in hint
+
+
+def test_the_plot_extra_is_matplotlib_and_ci_installs_without_it():
+    assert {distribution(r) for r in EXTRAS["plot"]} == {"matplotlib"}
+    assert "plot" not in (ROOT / ".ci" / "run").read_text()

@@ -38,7 +38,8 @@ BLOCKS = [(page, code) for page in PAGES for lang, code in FENCE.findall(page.re
 TEST_SETUP = ("XLA_FLAGS", "JAX_ENABLE_X64", "TRITON_INTERPRET")
 README_LIMIT = 14 * 1024  # bytes
 LINE_LIMIT = 300  # characters, of a prose line (a table row is one)
-CPU_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu"
+# The README's install options CI leaves out: PyTorch's CPU index, and no retries of an index pip cannot reach.
+CPU_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu --retries 0"
 LINK = re.compile(r"\[([^\]]+)\]\(([^)#\s]+)(?:#[^)]*)?\)")
 CODE_SPAN = re.compile(r"`[^`\n]*`")
 
