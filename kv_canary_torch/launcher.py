@@ -19,11 +19,12 @@ write (``shared_spec.reference``: request ``r`` writes from column
 
 Eager calls go straight to ``op.run``; once a call's argument signature has
 passed steps 1 to 3 and launched through the Triton backend, the next eager
-calls with that signature, ``check_values=False`` and no ``start_cols`` are one C call each
+calls with that signature and ``check_values=False`` are one C call each
 (``launch.dispatch.call_bound``: the same checks' answer, remembered per
-signature, and the launch). The signature is what stays fixed from one
-serving step to the next (dtypes, ranks, strides, devices, the pool's shape,
-the backend), never ``len(flat_in)`` or ``bs``, so a step whose shapes change
+signature, and the launch), windowed ones too where ``start_cols`` has unit
+stride. The signature is what stays fixed from one serving step to the next
+(dtypes, ranks, strides, devices, the pool's shape, the backend, whether and
+how ``start_cols`` is given), never ``len(flat_in)`` or ``bs``, so a step whose shapes change
 every call takes that path too. Under ``torch.compile`` Dynamo traces
 steps 1 to 3 (plain tensor metadata, folded into guards) and records the call
 to the ``kv_canary::scatter_req_token_ids`` custom op, which runs step 4 and the
@@ -87,8 +88,7 @@ def launch_scatter_req_token_ids_kernel(
     if _is_compiling():
         _compiled(flat_in, offsets, req_pool_indices, pool_out, start_cols, check_values, backend)
         return
-    # The C call path takes unwindowed calls alone (its signature and launch know four tensors).
-    if start_cols is None and check_values is False and dispatch.call_bound(backend, flat_in, offsets, req_pool_indices, pool_out):
+    if check_values is False and dispatch.call_bound(backend, flat_in, offsets, req_pool_indices, pool_out, start_cols):
         return
     if not fast_check(flat_in, offsets, req_pool_indices, pool_out, start_cols):
         # A failing check raises here; another framework's arrays come back as tensors.
@@ -102,8 +102,8 @@ def launch_scatter_req_token_ids_kernel(
     if check_values is not False and check_values is not True:  # two identity tests on the hot path
         check_values = require_bool("check_values", check_values)
     _run(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation, start_cols)
-    if implementation == _TRITON and check_values is False and start_cols is None:
-        dispatch.remember_call(backend, flat_in, offsets, req_pool_indices, pool_out)
+    if implementation == _TRITON and check_values is False:
+        dispatch.remember_call(backend, flat_in, offsets, req_pool_indices, pool_out, start_cols)
 
 
 def _compiled(flat_in, offsets, req_pool_indices, pool_out, start_cols, check_values, backend) -> None:

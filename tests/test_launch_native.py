@@ -30,8 +30,8 @@ def c_module(tmp_path_factory):
     return native.load_module(native.build(tmp_path_factory.mktemp("cache")))
 
 
-def kernel(c, n_ints=8, n_scratch=2, function=0x1234, threads=64):
-    return c.bind(function, threads, 0, n_ints, n_scratch, "owner")
+def kernel(c, n_ints=8, n_scratch=2, function=0x1234, threads=64, n_window=0):
+    return c.bind(function, threads, 0, n_ints, n_scratch, "owner", n_window)
 
 
 POINTERS = (1, 2**40 + 3, 0, 2**64 - 1)
@@ -46,6 +46,17 @@ def test_the_slots_hold_the_pointers_the_ints_then_null_scratch(c_module):
     assert ints == [7, -1, 0, 2**31 - 1, -(2**31), 5, 6, 8]
     assert all(words[i] >> 32 == 0 for i in range(4, 12))  # a 4-byte int fills its slot's first bytes only
     assert words[12:] == (0, 0)  # the scratch pointers, null
+
+
+def test_a_windowed_kernels_start_cols_pointer_follows_the_ints(c_module):
+    slots = c_module.pack(kernel(c_module, n_ints=2, n_window=1), *POINTERS, 7, -1, 2**48 + 16)
+    words = struct.unpack("<9Q", slots)
+    assert words[:4] == POINTERS and words[6] == 2**48 + 16 and words[7:] == (0, 0)
+    assert [struct.unpack("<i", slots[8 * i:8 * i + 4])[0] for i in (4, 5)] == [7, -1]
+    with pytest.raises(TypeError):  # the window pointer missing
+        c_module.pack(kernel(c_module, n_ints=2, n_window=1), *POINTERS, 7, -1)
+    with pytest.raises(ValueError):
+        kernel(c_module, n_window=2)
 
 
 @pytest.mark.parametrize(
@@ -348,6 +359,31 @@ def test_a_remembered_signature_plans_every_shape_from_its_n_and_bs(call_path):
         assert c.planned("auto", *fresh) == (kernels[plan.slot], plan.grid, STREAM, tuple(a.data_ptr() for a in fresh), plan.ints)
     assert c.planned("triton", *args) is None  # another backend named: not remembered
     assert c.planned("auto", *cpu_arguments(width=101)) is None
+
+
+def test_a_windowed_signature_holds_start_cols_and_plans_with_windowed_kernels(call_path):
+    c, memo = call_path
+    args = cpu_arguments()
+    start_cols = torch.zeros(8, dtype=torch.int64)
+    sig = c.signature("auto", *args, start_cols)
+    assert len(sig) == 5 * META_WORDS * 8 + len(b"auto") and sig != c.signature("auto", *args)
+    assert c.signature("auto", *args, None) == c.signature("auto", *args)  # None: the unwindowed call
+    fresh = cpu_arguments(n_tokens=17, bs=3)
+    assert c.signature("auto", *fresh, torch.ones(3, dtype=torch.int64)) == sig  # its length and data do not count
+    assert c.signature("auto", *args, torch.zeros(16, dtype=torch.int64)[::2]) != sig  # its stride does
+    assert c.signature("auto", *args, torch.zeros(8, dtype=torch.int32)) != sig
+    windowed = [kernel(c, n_ints=6 if slot == launch_plan.TILED_SLOT else 8, n_scratch=0, n_window=1)
+                for slot in range(launch_plan.SLOTS)]
+    memo[sig] = windowed
+    start = torch.zeros(3, dtype=torch.int64)
+    plan = launch_plan.plan(3, 17, 10, 100, 100, 1, 1, 1, 1, -1, True)
+    pointers = (*(a.data_ptr() for a in fresh), start.data_ptr())
+    assert c.planned("auto", *fresh, start) == (windowed[plan.slot], plan.grid, STREAM, pointers, plan.ints)
+    assert c.planned("auto", *fresh, torch.zeros(4, dtype=torch.int64)) is None  # start_cols' length is not bs
+    assert c.planned("auto", *fresh) is None  # the unwindowed signature is not remembered
+    memo[sig] = [kernel(c, n_ints=6 if slot == launch_plan.TILED_SLOT else 8, n_scratch=0) for slot in range(launch_plan.SLOTS)]
+    c.configure(memo, torch.Tensor, NO_HOOKS, lambda device: STREAM, None, c.reader, launch_plan.rule())
+    assert c.planned("auto", *fresh, start) is None  # an unwindowed kernel in a windowed family: declined
 
 
 def test_no_cell_to_write_is_served_without_a_kernel(call_path):

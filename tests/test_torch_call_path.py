@@ -45,7 +45,9 @@ def test_a_call_taken_by_the_call_path_does_nothing_else(offered):
     flat_in, offsets, rows, pool = arguments()
     before = as_numpy(pool).copy()
     call(flat_in, offsets, rows, pool, backend="triton")
-    assert offered == [("triton", flat_in, offsets, rows, pool)]
+    start_cols = torch.zeros(rows.shape[0], dtype=torch.int64)
+    call(flat_in, offsets, rows, pool, backend="triton", start_cols=start_cols)
+    assert offered == [("triton", flat_in, offsets, rows, pool, None), ("triton", flat_in, offsets, rows, pool, start_cols)]
     np.testing.assert_array_equal(as_numpy(pool), before)
 
 
@@ -99,6 +101,25 @@ def test_a_checked_triton_launch_remembers_its_signature_and_kernel(remembering)
     family = [None] * launch_plan.SLOTS
     family[slot((flat_in, offsets, rows, pool))] = "the bound kernel"
     assert memo == {c.signature("triton", flat_in, offsets, rows, pool): family}
+
+
+def test_a_windowed_call_is_a_signature_of_its_own_and_takes_windowed_kernels(remembering):
+    c, memo, to_bind = remembering
+    flat_in, offsets, rows, pool = arguments()
+    start_cols = torch.tensor([0, 5, 2], dtype=torch.int64)
+    windowed = dispatch.plan_of(flat_in, offsets, rows, pool, start_cols)
+    assert windowed.variant != dispatch.plan_of(flat_in, offsets, rows, pool).variant
+    to_bind.append(windowed.variant)
+    call(flat_in, offsets, rows, pool, backend="triton", start_cols=start_cols)
+    np.testing.assert_array_equal(as_numpy(pool), scatter_reference(*BATCH, start_cols.numpy()))
+    family = [None] * launch_plan.SLOTS
+    family[windowed.slot] = "the bound kernel"
+    signature = c.signature("triton", flat_in, offsets, rows, pool, start_cols)
+    assert memo == {signature: family} and signature != c.signature("triton", flat_in, offsets, rows, pool)
+    assert c.signature("triton", flat_in, offsets, rows, pool, None) == c.signature("triton", flat_in, offsets, rows, pool)
+    memo.clear()
+    call(flat_in, offsets, rows, pool, backend="triton", start_cols=torch.zeros(6, dtype=torch.int64)[::2])
+    assert memo == {}  # a strided start_cols: its stride is not the one the bound kernels compiled in
 
 
 def test_a_new_n_and_bs_is_the_same_signature(remembering):

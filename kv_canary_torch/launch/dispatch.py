@@ -5,15 +5,16 @@ Contract:
 - ``launch(flat_in, offsets, req_pool_indices, pool_out, start_cols=None)``
   enqueues the kernel ``plan.plan`` names on the current stream of
   ``pool_out``'s device and returns at once; with ``start_cols`` the
-  ``WINDOWED`` variant, always through Triton's generic launch (2. below takes
-  unwindowed calls alone). The arguments have passed the argument checks. It
+  ``WINDOWED`` variant, through Triton's generic launch (2. below takes
+  unwindowed calls alone), bound to the C launcher where ``start_cols`` has
+  unit stride. The arguments have passed the argument checks. It
   reads only shapes and strides (never data): no host-device sync, no
   allocation, so it is CUDA-graph capturable, and it launches nothing when no
   cell can be written.
-- ``call_bound(backend, flat_in, offsets, req_pool_indices, pool_out) -> bool``:
+- ``call_bound(backend, flat_in, offsets, req_pool_indices, pool_out, start_cols=None) -> bool``:
   the C call path (``native.c``'s ``call``) once it is configured, else
-  always False. True: the call was checked and launched. Unwindowed calls
-  only: the launcher does not offer it a call with ``start_cols``.
+  always False. True: the call was checked and launched. A windowed call's
+  signature holds ``start_cols``' too (remembered with unit stride only).
 - ``remember_call(backend, ...)``: after a checked launch with
   ``check_values=False``, lets ``call_bound`` take the later calls whose
   arguments have the same signature.
@@ -21,8 +22,9 @@ Contract:
 How a call runs, fastest first:
 
 1. A remembered signature (``call_bound``): one C call reads the four
-   tensors' metadata (the C++ reader, ``tensor_meta``), finds their signature
-   in ``_memo``, tests ``len(offsets) == bs + 1``, plans the launch from ``N``
+   tensors' metadata, and ``start_cols``' where given (the C++ reader,
+   ``tensor_meta``), finds their signature in ``_memo``, tests ``len(offsets)
+   == bs + 1`` (and ``len(start_cols) == bs``), plans the launch from ``N``
    and ``bs`` (``plan``'s twin) and launches that slot's kernel: no Python
    check, plan or frame. The signature is what stays fixed from one serving
    step to the next: dtypes, ranks, strides, devices, the pool's shape, the
@@ -53,6 +55,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import operator
 import threading
 
 import torch
@@ -130,7 +133,9 @@ def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch
         else:  # Triton launches on the current device: make it pool_out's
             with torch.cuda.device(device):
                 compiled = kernel[plan.grid](*args, **meta)
-    if (start_cols is None and device >= 0 and compiled is not None and plan.variant not in _kernels
+    if start_cols is not None:  # a windowed kernel binds from a unit-stride start_cols (Triton compiles that stride in)
+        pointers = (*pointers, start_cols.data_ptr()) if start_cols.stride(0) == 1 else None
+    if (pointers is not None and device >= 0 and compiled is not None and plan.variant not in _kernels
             and plan.small_ints and _may_launch(pointers, device)):
         _bind(plan, compiled)  # now, so that this call's remember_call fills its slot
 
@@ -140,31 +145,34 @@ def _may_launch(pointers, device: int) -> bool:
 
     ``native.c``'s ``plan_call`` is its twin on the call path.
     """
-    if (pointers[0] | pointers[1] | pointers[2] | pointers[3]) & 15 or not _hooks_idle():
+    if functools.reduce(operator.or_, pointers) & 15 or not _hooks_idle():
         return False
     return not _several_devices() or device == torch.cuda.current_device()
 
 
 def _bind(plan: Plan, compiled) -> None:
     """Remember ``compiled`` bound to the C launcher (None where it declines) for ``plan``'s variant; loads the call path."""
-    kernel = _kernels[plan.variant] = native.bind(compiled, len(plan.ints))
+    kernel = _kernels[plan.variant] = native.bind(compiled, len(plan.ints), int(plan.constexprs[-1]))  # WINDOWED: 1 pointer
     if kernel is not None and _c is None:
         _load_call_path()
 
 
-def _no_call(backend, flat_in, offsets, req_pool_indices, pool_out) -> bool:
+def _no_call(backend, flat_in, offsets, req_pool_indices, pool_out, start_cols=None) -> bool:
     """``call_bound`` before the call path is configured: nothing is launched."""
     return False
 
 
-# call_bound(backend, flat_in, offsets, req_pool_indices, pool_out) -> bool: the C
+# call_bound(backend, flat_in, offsets, req_pool_indices, pool_out, start_cols=None) -> bool: the C
 # call path once configured, else _no_call.
 call_bound = _no_call
 _signature = None  # the C module's signature(), once the call path is configured
 
 
-def remember_call(backend, flat_in, offsets, req_pool_indices, pool_out) -> None:
-    """After a checked unwindowed launch with ``check_values=False``: let ``call_bound`` take the next calls with these arguments' signature.
+def remember_call(backend, flat_in, offsets, req_pool_indices, pool_out, start_cols=None) -> None:
+    """After a checked launch with ``check_values=False``: let ``call_bound`` take the next calls with these arguments' signature.
+
+    A windowed call (``start_cols``) is remembered where ``start_cols`` has unit stride (every serving step's),
+    the stride its bound kernels compiled in; its signature is one of its own.
 
     Arguments that are not exactly ``torch.Tensor``, or that the reader
     declines, have no signature. Every slot whose variant the C launcher has
@@ -174,9 +182,9 @@ def remember_call(backend, flat_in, offsets, req_pool_indices, pool_out) -> None
     yet (once each, at most ``plan.SLOTS`` per device and layout), or after
     the memo was emptied whole past ``SIGNATURES`` signatures.
     """
-    if _signature is None:
+    if _signature is None or (start_cols is not None and start_cols.stride(0) != 1):
         return
-    signature = _signature(backend, flat_in, offsets, req_pool_indices, pool_out)
+    signature = _signature(backend, flat_in, offsets, req_pool_indices, pool_out, start_cols)
     if signature is None:
         return
     if launch_plan.rule() != _configured_rule:  # the rule's numbers changed (tests): plans of old families would differ
@@ -188,7 +196,8 @@ def remember_call(backend, flat_in, offsets, req_pool_indices, pool_out) -> None
         family = _memo[signature] = [None] * launch_plan.SLOTS
     if None in family:
         variants = launch_plan.slot_variants(
-            pool_out.stride(1), flat_in.stride(0), offsets.stride(0), req_pool_indices.stride(0), pool_out.get_device()
+            pool_out.stride(1), flat_in.stride(0), offsets.stride(0), req_pool_indices.stride(0), pool_out.get_device(),
+            start_cols is not None,
         )
         family[:] = [kernel if kernel is not None else _kernels.get(variant) for kernel, variant in zip(family, variants)]
 

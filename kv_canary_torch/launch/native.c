@@ -5,14 +5,15 @@
  *   load_driver() -> None
  *       Resolves cuLaunchKernel, cuCtxGetCurrent and cuGetErrorName from libcuda.so.1 (the library torch
  *       has loaded); OSError when it cannot. Idempotent.
- *   bind(function, threads, shared, n_ints, n_scratch, owner) -> kernel
+ *   bind(function, threads, shared, n_ints, n_scratch, owner, n_window=0) -> kernel
  *       A compiled kernel bound once (a capsule): the CUfunction handle (an int), threads per program, dynamic
  *       shared bytes, and its parameter layout: four 8-byte pointers (flat_in, offsets, req_pool_indices,
- *       pool_out), then n_ints 4-byte signed ints (at most MAX_INTS), then n_scratch 8-byte pointers passed
- *       null (at most MAX_SCRATCH: Triton's global and profile scratch, which a plain launch leaves null).
+ *       pool_out), then n_ints 4-byte signed ints (at most MAX_INTS), then n_window 8-byte pointers (0, or 1
+ *       for a windowed kernel: start_cols, whose unit stride Triton compiled in), then n_scratch 8-byte pointers
+ *       passed null (at most MAX_SCRATCH: Triton's global and profile scratch, which a plain launch leaves null).
  *       `owner` (the compiled kernel that owns the function) is kept alive as long as the capsule. TypeError,
  *       ValueError or OverflowError when anything does not fit.
- *   launch(kernel, grid_x, grid_y, stream, p0, p1, p2, p3, *ints) -> bool
+ *   launch(kernel, grid_x, grid_y, stream, p0, p1, p2, p3, *ints, *window) -> bool
  *       Enqueues the kernel over grid (grid_x, grid_y, 1) on `stream` (a CUstream handle as an int; 0 is the
  *       legacy default stream) with cuLaunchKernel, the GIL released around the driver call as Triton's own
  *       launcher does. The pointers are ints in [0, 2**64); the ints, n_ints of them, each in int32's range;
@@ -21,7 +22,7 @@
  *       sets one). RuntimeError with the driver's error name when the driver refuses the launch. The
  *       parameters live on this call's stack: calls from several threads never share them, and a launch
  *       captured into a CUDA graph has its parameter values copied at capture.
- *   pack(kernel, p0, p1, p2, p3, *ints) -> bytes
+ *   pack(kernel, p0, p1, p2, p3, *ints, *window) -> bytes
  *       The parameter slots `launch` would pass (8 bytes per parameter, a 4-byte one in the slot's first
  *       bytes): for tests; touches no driver.
  *   plan(rule, bs, n_tokens, n_rows, width, stride_row, stride_col, flat_stride, offsets_stride,
@@ -40,17 +41,19 @@
  *       `raw_stream(device)` is the device's current stream as an int; `current_device()` is the current
  *       device's index, or None where the process sees one device; `reader` is tensor_meta's READER capsule;
  *       `rule` is plan.rule().
- *   signature(backend, flat_in, offsets, req_pool_indices, pool_out) -> bytes | None
+ *   signature(backend, flat_in, offsets, req_pool_indices, pool_out[, start_cols]) -> bytes | None
  *       Each argument's KvTensorMeta with its `data` zeroed, and with the length of each of the first three
- *       zeroed (N, bs + 1 and bs: what changes every serving step), then the backend's UTF-8. None when
+ *       zeroed (N, bs + 1 and bs: what changes every serving step), then start_cols' likewise (its length bs
+ *       zeroed) where it is given and not None (a windowed call), then the backend's UTF-8. None when
  *       `backend` is not exactly a str (or has no UTF-8), an argument is not exactly `tensor_type`, or the
  *       reader declines one (tensor_meta.cpp). TypeError for a wrong argument count, RuntimeError before
  *       `configure`. Every argument check of the spec is a function of the signature and of one relation
  *       between the zeroed lengths (len(offsets) == bs + 1, which `call` tests itself), and every launch
  *       choice a function of the signature, N and bs (`plan`), so two calls with equal signatures and
  *       that relation pass or fail the same checks.
- *   call(backend, flat_in, offsets, req_pool_indices, pool_out) -> bool
- *       For arguments whose signature is in the memo and whose offsets are one longer than req_pool_indices:
+ *   call(backend, flat_in, offsets, req_pool_indices, pool_out[, start_cols]) -> bool
+ *       For arguments whose signature is in the memo, whose offsets are one longer than req_pool_indices and,
+ *       windowed, whose start_cols is as long as req_pool_indices (its data pointer the kernel's window pointer):
  *       plans the launch from N and bs (`plan`), launches the memo's kernel for its slot with the arguments'
  *       data pointers on `raw_stream(pool_out.device.index)` and returns True, or returns True at once when
  *       no cell can be written. Returns False, with nothing launched, when the signature is not remembered,
@@ -61,7 +64,7 @@
  *       signature the memo answered (until the next `configure`), so that a run of calls with one signature
  *       builds and hashes no bytes: a family, once found, stays valid (the checks are functions of the
  *       signature), and `configure` forgets it with the rule it was planned under.
- *   planned(backend, flat_in, offsets, req_pool_indices, pool_out) -> (kernel, grid, stream, pointers, ints) | None
+ *   planned(backend, flat_in, offsets, req_pool_indices, pool_out[, start_cols]) -> (kernel, grid, stream, pointers, ints) | None
  *       What `call` would launch, launching nothing (kernel None: nothing to write); None where `call` would
  *       return False: for tests.
  *   served() -> int
@@ -99,8 +102,9 @@ static get_error_name_fn get_error_name;
 
 #define N_POINTERS 4 /* flat_in, offsets, req_pool_indices, pool_out */
 #define MAX_INTS 8
+#define MAX_WINDOW 1 /* start_cols, after the ints, in a windowed kernel */
 #define MAX_SCRATCH 2
-#define MAX_PARAMS (N_POINTERS + MAX_INTS + MAX_SCRATCH)
+#define MAX_PARAMS (N_POINTERS + MAX_INTS + MAX_WINDOW + MAX_SCRATCH)
 #define SLOTS 7      /* plan.SLOTS */
 #define LOOP_SLOT 4  /* plan.LOOP_SLOT */
 #define TILED_SLOT 6 /* plan.TILED_SLOT */
@@ -115,6 +119,7 @@ typedef struct {
     unsigned shared;
     int n_ints;
     int n_scratch;
+    int n_window;
     PyObject *owner;
 } Kernel;
 
@@ -152,12 +157,14 @@ static void free_kernel(PyObject *capsule) {
 static PyObject *bind(PyObject *self, PyObject *args) {
     PyObject *function, *owner;
     unsigned long threads, shared;
-    int n_ints, n_scratch;
-    if (!PyArg_ParseTuple(args, "OkkiiO", &function, &threads, &shared, &n_ints, &n_scratch, &owner)) return NULL;
+    int n_ints, n_scratch, n_window = 0;
+    if (!PyArg_ParseTuple(args, "OkkiiO|i", &function, &threads, &shared, &n_ints, &n_scratch, &owner, &n_window))
+        return NULL;
     if (threads < 1 || threads > 1024 || shared > 0xffffffffUL || n_ints < 0 || n_ints > MAX_INTS || n_scratch < 0 ||
-        n_scratch > MAX_SCRATCH) {
-        PyErr_Format(PyExc_ValueError, "bad kernel: %lu threads (1 to 1024), %d ints (at most %d), %d scratch (at most %d)",
-                     threads, n_ints, MAX_INTS, n_scratch, MAX_SCRATCH);
+        n_scratch > MAX_SCRATCH || n_window < 0 || n_window > MAX_WINDOW) {
+        PyErr_Format(PyExc_ValueError,
+                     "bad kernel: %lu threads (1 to 1024), %d ints (at most %d), %d scratch (at most %d), %d window (at most %d)",
+                     threads, n_ints, MAX_INTS, n_scratch, MAX_SCRATCH, n_window, MAX_WINDOW);
         return NULL;
     }
     CUfunction handle = PyLong_AsVoidPtr(function);
@@ -167,7 +174,7 @@ static PyObject *bind(PyObject *self, PyObject *args) {
     }
     Kernel *kernel = (Kernel *)PyMem_Calloc(1, sizeof(Kernel));
     if (kernel == NULL) return PyErr_NoMemory();
-    *kernel = (Kernel){handle, (unsigned)threads, (unsigned)shared, n_ints, n_scratch, owner};
+    *kernel = (Kernel){handle, (unsigned)threads, (unsigned)shared, n_ints, n_scratch, n_window, owner};
     Py_INCREF(owner);
     PyObject *capsule = PyCapsule_New(kernel, CAPSULE_NAME, free_kernel);
     if (capsule == NULL) {
@@ -177,17 +184,19 @@ static PyObject *bind(PyObject *self, PyObject *args) {
     return capsule;
 }
 
-/* The parameter slots of one launch: the pointers, the ints, the null scratch pointers; `params` point at them,
- * as cuLaunchKernel takes them. The ints are in int32's range (the callers check). */
+/* The parameter slots of one launch: the four pointers, the ints, the window pointer (pointers[N_POINTERS], in a
+ * windowed kernel), the null scratch pointers; `params` point at them, as cuLaunchKernel takes them. The ints are
+ * in int32's range (the callers check). */
 static void set_params(const Kernel *kernel, const uint64_t *pointers, const int64_t *ints, uint64_t *slots,
                        void **params) {
-    int n = N_POINTERS + kernel->n_ints + kernel->n_scratch;
+    int n = N_POINTERS + kernel->n_ints + kernel->n_window + kernel->n_scratch;
     memset(slots, 0, sizeof(uint64_t) * n);
     memcpy(slots, pointers, sizeof(uint64_t) * N_POINTERS);
     for (int i = 0; i < kernel->n_ints; ++i) {
         int32_t v = (int32_t)ints[i];
         memcpy(&slots[N_POINTERS + i], &v, sizeof v);
     }
+    memcpy(&slots[N_POINTERS + kernel->n_ints], pointers + N_POINTERS, sizeof(uint64_t) * kernel->n_window);
     for (int i = 0; i < n; ++i) params[i] = &slots[i];
 }
 
@@ -217,7 +226,8 @@ static PyObject *enqueue(const Kernel *kernel, unsigned gx, unsigned gy, CUstrea
     Py_RETURN_TRUE;
 }
 
-/* The kernel, pointers and ints of args[0], args[first..first+3], args[first+4..]: 0, or -1 with an error set. */
+/* The kernel, pointers and ints of args[0], args[first..first+3], args[first+4..] (then the window pointer, where
+ * the kernel has one, into pointers[N_POINTERS]): 0, or -1 with an error set. */
 static int read_launch(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t first, Kernel **kernel, uint64_t *pointers,
                        int64_t *ints) {
     if (nargs < first + N_POINTERS) {
@@ -227,13 +237,14 @@ static int read_launch(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t first
     }
     *kernel = (Kernel *)PyCapsule_GetPointer(args[0], CAPSULE_NAME);
     if (*kernel == NULL) return -1;
-    if (nargs != first + N_POINTERS + (*kernel)->n_ints) {
-        PyErr_Format(PyExc_TypeError, "this kernel takes %d ints, got %zd", (*kernel)->n_ints,
-                     nargs - first - N_POINTERS);
+    if (nargs != first + N_POINTERS + (*kernel)->n_ints + (*kernel)->n_window) {
+        PyErr_Format(PyExc_TypeError, "this kernel takes %d ints and %d window pointers, got %zd", (*kernel)->n_ints,
+                     (*kernel)->n_window, nargs - first - N_POINTERS);
         return -1;
     }
-    for (int i = 0; i < N_POINTERS; ++i) {
-        unsigned long long p = PyLong_AsUnsignedLongLong(args[first + i]);
+    for (int i = 0; i < N_POINTERS + (*kernel)->n_window; ++i) {
+        Py_ssize_t at = i < N_POINTERS ? first + i : first + N_POINTERS + (*kernel)->n_ints;
+        unsigned long long p = PyLong_AsUnsignedLongLong(args[at]);
         if (p == (unsigned long long)-1 && PyErr_Occurred()) return -1;
         pointers[i] = (uint64_t)p;
     }
@@ -262,7 +273,7 @@ static int as_grid(PyObject *value, long long most, const char *what, unsigned *
 
 static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Kernel *kernel;
-    uint64_t pointers[N_POINTERS], slots[MAX_PARAMS];
+    uint64_t pointers[N_POINTERS + MAX_WINDOW], slots[MAX_PARAMS];
     int64_t ints[MAX_INTS];
     void *params[MAX_PARAMS];
     unsigned gx, gy;
@@ -277,13 +288,13 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 static PyObject *pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Kernel *kernel;
-    uint64_t pointers[N_POINTERS], slots[MAX_PARAMS];
+    uint64_t pointers[N_POINTERS + MAX_WINDOW], slots[MAX_PARAMS];
     int64_t ints[MAX_INTS];
     void *params[MAX_PARAMS];
     if (read_launch(args, nargs, 1, &kernel, pointers, ints) < 0) return NULL;
     set_params(kernel, pointers, ints, slots, params);
-    return PyBytes_FromStringAndSize((const char *)slots,
-                                     sizeof(uint64_t) * (N_POINTERS + kernel->n_ints + kernel->n_scratch));
+    return PyBytes_FromStringAndSize(
+        (const char *)slots, sizeof(uint64_t) * (N_POINTERS + kernel->n_ints + kernel->n_window + kernel->n_scratch));
 }
 
 
@@ -404,10 +415,13 @@ static Rule call_rule;
 static unsigned long long served_calls;
 static PyObject *s_enter, *s_exit, *s_calls;
 #define N_TENSORS 4
-enum { FLAT, OFFSETS, ROWS, POOL };
+#define MAX_TENSORS (N_TENSORS + MAX_WINDOW)
+enum { FLAT, OFFSETS, ROWS, POOL, START };
 /* The last signature the memo answered, kept so that a run of calls with one signature (a serving loop) skips
- * building, hashing and looking up its bytes: its fixed metadata, backend and family (strong references). */
-static KvTensorMeta last_fixed[N_TENSORS];
+ * building, hashing and looking up its bytes: its fixed metadata (windowed or not), backend and family (strong
+ * references). */
+static KvTensorMeta last_fixed[MAX_TENSORS];
+static int last_tensors;
 static PyObject *last_backend, *last_family;
 
 static PyObject *configure(PyObject *self, PyObject *args) {
@@ -465,12 +479,13 @@ busy:
     return 0;
 }
 
-/* The four arguments' metadata (args[1..4]) and the part of it that stays fixed from step to step (`fixed`: data
- * and the three lengths zeroed): 1; 0 when the arguments have no signature (an error from reading them cleared);
- * -1 with an error set for a misuse (a wrong argument count, the call path unconfigured). */
-static int read_arguments(PyObject *const *args, Py_ssize_t nargs, KvTensorMeta *metas, KvTensorMeta *fixed) {
-    if (nargs != 1 + N_TENSORS) {
-        PyErr_Format(PyExc_TypeError, "expected backend and %d arguments, got %zd", N_TENSORS, nargs);
+/* The arguments' metadata (args[1..4], and args[5] where it is given and not None: start_cols) and the part of it
+ * that stays fixed from step to step (`fixed`: data and the lengths zeroed), their count in *n (4 or 5): 1; 0 when
+ * the arguments have no signature (an error from reading them cleared); -1 with an error set for a misuse (a wrong
+ * argument count, the call path unconfigured). */
+static int read_arguments(PyObject *const *args, Py_ssize_t nargs, KvTensorMeta *metas, KvTensorMeta *fixed, int *n) {
+    if (nargs != 1 + N_TENSORS && nargs != 2 + N_TENSORS) {
+        PyErr_Format(PyExc_TypeError, "expected backend, %d arguments and start_cols or nothing, got %zd", N_TENSORS, nargs);
         return -1;
     }
     if (memo == NULL) {
@@ -478,23 +493,26 @@ static int read_arguments(PyObject *const *args, Py_ssize_t nargs, KvTensorMeta 
         return -1;
     }
     if (!PyUnicode_CheckExact(args[0])) return 0;
-    for (int i = 0; i < N_TENSORS; ++i)
+    *n = nargs == 2 + N_TENSORS && args[1 + N_TENSORS] != Py_None ? MAX_TENSORS : N_TENSORS;
+    for (int i = 0; i < *n; ++i)
         if (Py_TYPE(args[1 + i]) != (PyTypeObject *)tensor_type || reader(args[1 + i], &metas[i]) != 1) return 0;
-    memcpy(fixed, metas, sizeof(KvTensorMeta) * N_TENSORS);
-    for (int i = 0; i < N_TENSORS; ++i) fixed[i].data = 0;
+    memcpy(fixed, metas, sizeof(KvTensorMeta) * *n);
+    for (int i = 0; i < *n; ++i) fixed[i].data = 0;
     fixed[FLAT].sizes[0] = fixed[OFFSETS].sizes[0] = fixed[ROWS].sizes[0] = 0; /* N, bs + 1, bs */
+    if (*n == MAX_TENSORS) fixed[START].sizes[0] = 0;                           /* bs */
     return 1;
 }
 
-/* The signature bytes of `fixed` and `backend`; NULL with no error set when the backend has no UTF-8. */
-static PyObject *signature_bytes(PyObject *backend, const KvTensorMeta *fixed) {
+/* The signature bytes of the `n` fixed metas and `backend`; NULL with no error set when the backend has no UTF-8.
+ * A windowed signature is one meta longer than any unwindowed one with the same backend. */
+static PyObject *signature_bytes(PyObject *backend, const KvTensorMeta *fixed, int n) {
     Py_ssize_t n_backend;
     const char *name = PyUnicode_AsUTF8AndSize(backend, &n_backend);
     if (name == NULL) {
         PyErr_Clear(); /* a lone surrogate: no signature */
         return NULL;
     }
-    size_t size = sizeof(KvTensorMeta) * N_TENSORS;
+    size_t size = sizeof(KvTensorMeta) * n;
     PyObject *sig = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size + n_backend);
     if (sig == NULL) return NULL;
     memcpy(PyBytes_AS_STRING(sig), fixed, size);
@@ -503,21 +521,22 @@ static PyObject *signature_bytes(PyObject *backend, const KvTensorMeta *fixed) {
 }
 
 static PyObject *signature(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    KvTensorMeta metas[N_TENSORS], fixed[N_TENSORS];
-    int found = read_arguments(args, nargs, metas, fixed);
+    KvTensorMeta metas[MAX_TENSORS], fixed[MAX_TENSORS];
+    int n = N_TENSORS;
+    int found = read_arguments(args, nargs, metas, fixed, &n);
     if (found < 0) return NULL;
-    PyObject *sig = found ? signature_bytes(args[0], fixed) : NULL;
+    PyObject *sig = found ? signature_bytes(args[0], fixed, n) : NULL;
     if (sig != NULL || PyErr_Occurred()) return sig;
     Py_RETURN_NONE;
 }
 
 /* The memo's family for these arguments (borrowed; NULL, no error set, when there is none): the last one found if
  * the signature is the same, else the memo's, which becomes the last one. */
-static PyObject *find_family(PyObject *backend, const KvTensorMeta *fixed) {
-    if (last_family != NULL && memcmp(fixed, last_fixed, sizeof last_fixed) == 0 &&
+static PyObject *find_family(PyObject *backend, const KvTensorMeta *fixed, int n) {
+    if (last_family != NULL && n == last_tensors && memcmp(fixed, last_fixed, sizeof(KvTensorMeta) * n) == 0 &&
         (backend == last_backend || PyUnicode_Compare(backend, last_backend) == 0))
         return last_family;
-    PyObject *sig = signature_bytes(backend, fixed);
+    PyObject *sig = signature_bytes(backend, fixed, n);
     if (sig == NULL) return NULL;
     PyObject *family = PyDict_GetItemWithError(memo, sig); /* borrowed */
     Py_DECREF(sig);
@@ -525,7 +544,8 @@ static PyObject *find_family(PyObject *backend, const KvTensorMeta *fixed) {
         PyErr_Clear();
         return NULL;
     }
-    memcpy(last_fixed, fixed, sizeof last_fixed);
+    memcpy(last_fixed, fixed, sizeof(KvTensorMeta) * n);
+    last_tensors = n;
     Py_INCREF(backend);
     Py_XSETREF(last_backend, backend);
     Py_INCREF(family);
@@ -538,33 +558,38 @@ typedef struct {
     PyObject *kernel; /* a new reference to the slot's kernel capsule; NULL: nothing to write */
     Launch launch;
     CUstream stream;
-    uint64_t pointers[N_TENSORS];
+    uint64_t pointers[MAX_TENSORS]; /* flat_in, offsets, req_pool_indices, pool_out, and start_cols where windowed */
+    int n_tensors;
 } Planned;
 
 /* 1 with *out set; 0 when call() launches nothing and must decline (no error set); -1 on an error that must
  * propagate (the call path unconfigured, a wrong argument count). */
 static int plan_call(PyObject *const *args, Py_ssize_t nargs, Planned *out) {
-    KvTensorMeta m[N_TENSORS], fixed[N_TENSORS];
-    int read = read_arguments(args, nargs, m, fixed);
+    KvTensorMeta m[MAX_TENSORS], fixed[MAX_TENSORS];
+    int n = N_TENSORS;
+    int read = read_arguments(args, nargs, m, fixed, &n);
     if (read <= 0) return read;
+    out->n_tensors = n;
     if (m[OFFSETS].sizes[0] != m[ROWS].sizes[0] + 1) return 0; /* the checks' error, raised by the checked path */
-    PyObject *family = find_family(args[0], fixed);
+    if (n == MAX_TENSORS && m[START].sizes[0] != m[ROWS].sizes[0]) return 0; /* the same: start_cols' length */
+    PyObject *family = find_family(args[0], fixed, n);
     if (family == NULL) return 0;
     Launch *launch = &out->launch;
     plan_launch(&call_rule, m[ROWS].sizes[0], m[FLAT].sizes[0], m[POOL].sizes[0], m[POOL].sizes[1],
                 m[POOL].strides[0], m[POOL].strides[1], m[FLAT].strides[0], m[OFFSETS].strides[0],
                 m[ROWS].strides[0], launch);
     out->kernel = NULL;
-    for (int i = 0; i < N_TENSORS; ++i) out->pointers[i] = m[i].data;
+    uint64_t any = 0;
+    for (int i = 0; i < n; ++i) any |= out->pointers[i] = m[i].data;
     if (launch->slot < 0) return 1;
     if (!launch->small_ints) return 0; /* bs included: grid axis 0 stops at 2**31 - 1 */
     PyObject *kernel = PyList_GET_ITEM(family, launch->slot);
-    if (!PyCapsule_IsValid(kernel, CAPSULE_NAME) ||
-        ((Kernel *)PyCapsule_GetPointer(kernel, CAPSULE_NAME))->n_ints != launch->n_ints)
-        return 0;
+    if (!PyCapsule_IsValid(kernel, CAPSULE_NAME)) return 0;
+    const Kernel *bound = (const Kernel *)PyCapsule_GetPointer(kernel, CAPSULE_NAME);
+    if (bound->n_ints != launch->n_ints || N_TENSORS + bound->n_window != n) return 0;
     /* The per-call conditions of dispatch._may_launch, its twin: aligned pointers (the kernels' specialization),
      * no launch hook, and the pool's device current where the process sees several. */
-    if ((out->pointers[0] | out->pointers[1] | out->pointers[2] | out->pointers[3]) & 15 || !hooks_idle()) return 0;
+    if (any & 15 || !hooks_idle()) return 0;
     Py_INCREF(kernel); /* the callbacks below may drop the memo's reference */
     int ok = 0;
     PyObject *device = PyLong_FromLongLong(m[POOL].device_index), *now = NULL, *stream = NULL;
@@ -617,6 +642,26 @@ static PyObject *call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return launched;
 }
 
+/* A tuple of the n values, each made by make (NULL with an error set when one cannot be made). */
+static PyObject *tuple_of(int n, const void *values, PyObject *(*make)(const void *, int)) {
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL) return NULL;
+    for (int i = 0; i < n; ++i) {
+        PyObject *item = make(values, i);
+        if (item == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, item);
+    }
+    return out;
+}
+
+static PyObject *int_at(const void *values, int i) { return PyLong_FromLongLong(((const int64_t *)values)[i]); }
+static PyObject *pointer_at(const void *values, int i) {
+    return PyLong_FromUnsignedLongLong(((const uint64_t *)values)[i]);
+}
+
 static PyObject *planned(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Planned plan;
     int found = plan_call(args, nargs, &plan);
@@ -624,25 +669,26 @@ static PyObject *planned(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         if (found < 0) return NULL;
         Py_RETURN_NONE;
     }
-    int n = plan.kernel == NULL ? 0 : plan.launch.n_ints;
-    PyObject *ints = PyTuple_New(n);
-    if (ints == NULL) {
+    PyObject *ints = tuple_of(plan.kernel == NULL ? 0 : plan.launch.n_ints, plan.launch.ints, int_at);
+    PyObject *pointers = tuple_of(plan.n_tensors, plan.pointers, pointer_at);
+    PyObject *stream = plan.kernel != NULL ? PyLong_FromVoidPtr(plan.stream) : Py_NewRef(Py_None);
+    if (ints == NULL || pointers == NULL || stream == NULL) {
+        Py_XDECREF(ints);
+        Py_XDECREF(pointers);
+        Py_XDECREF(stream);
         Py_XDECREF(plan.kernel);
         return NULL;
     }
-    for (int i = 0; i < n; ++i) PyTuple_SET_ITEM(ints, i, PyLong_FromLongLong(plan.launch.ints[i]));
     PyObject *kernel = plan.kernel != NULL ? plan.kernel : Py_NewRef(Py_None);
     long long gx = plan.kernel ? plan.launch.grid[0] : 0, gy = plan.kernel ? plan.launch.grid[1] : 0;
-    return Py_BuildValue("(N(LL)N(KKKK)N)", kernel, gx, gy, plan.kernel ? PyLong_FromVoidPtr(plan.stream) : Py_NewRef(Py_None),
-                         (unsigned long long)plan.pointers[0], (unsigned long long)plan.pointers[1],
-                         (unsigned long long)plan.pointers[2], (unsigned long long)plan.pointers[3], ints);
+    return Py_BuildValue("(N(LL)NNN)", kernel, gx, gy, stream, pointers, ints);
 }
 
 static PyObject *served(PyObject *self, PyObject *unused) { return PyLong_FromUnsignedLongLong(served_calls); }
 
 static PyMethodDef methods[] = {
     {"load_driver", load_driver, METH_NOARGS, "Resolve the CUDA driver's launch functions (OSError if absent)."},
-    {"bind", bind, METH_VARARGS, "bind(function, threads, shared, n_ints, n_scratch, owner) -> kernel"},
+    {"bind", bind, METH_VARARGS, "bind(function, threads, shared, n_ints, n_scratch, owner, n_window=0) -> kernel"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, "launch(kernel, gx, gy, stream, *pointers, *ints) -> bool"},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL, "pack(kernel, *pointers, *ints) -> bytes (for tests)"},
     {"plan", (PyCFunction)(void (*)(void))plan, METH_FASTCALL, "plan(rule, bs, N, R, C, strides...) -> tuple | None"},

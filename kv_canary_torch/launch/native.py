@@ -2,10 +2,11 @@
 
 Contract:
 
-- ``bind(compiled, n_ints) -> kernel | None``: Triton's ``CompiledKernel``
+- ``bind(compiled, n_ints, n_window=0) -> kernel | None``: Triton's ``CompiledKernel``
   ``compiled`` bound once (the C module's capsule), for a launch whose
   parameters are four pointers followed by ``n_ints`` ints (each passed as a
-  signed 32-bit int), the grid and the ints given per launch. None when this
+  signed 32-bit int) and, for a windowed kernel (``n_window`` 1), the
+  ``start_cols`` pointer, the grid and the ints given per launch. None when this
   launcher cannot stand in for Triton's exactly (then the caller keeps
   Triton's launcher): no C compiler or CUDA driver, ``KV_CANARY_C_LAUNCHER=0``
   in the environment, or a kernel that needs more than a plain launch (global
@@ -262,17 +263,19 @@ def plain_launch(metadata) -> bool:
     )
 
 
-def layout(sizes: tuple[int, ...] | None, n_ints: int) -> int | None:
-    """How many null scratch pointers follow the pointers and ``n_ints`` ints; None if ``sizes`` is not that layout."""
+def layout(sizes: tuple[int, ...] | None, n_ints: int, n_window: int = 0) -> int | None:
+    """How many null scratch pointers follow the pointers, ``n_ints`` ints and ``n_window`` window pointers (a
+    windowed kernel's ``start_cols``); None if ``sizes`` is not that layout."""
     if sizes is None:
         return None
-    scratch = len(sizes) - POINTERS - n_ints
-    expected = (8,) * POINTERS + (4,) * n_ints + (8,) * scratch
+    scratch = len(sizes) - POINTERS - n_ints - n_window
+    expected = (8,) * POINTERS + (4,) * n_ints + (8,) * n_window + (8,) * scratch
     return scratch if 0 <= scratch <= MAX_SCRATCH_POINTERS and sizes == expected else None
 
 
-def bind(compiled, n_ints: int) -> object | None:
-    """``compiled`` bound to the C launcher (see the module docstring), or None."""
+def bind(compiled, n_ints: int, n_window: int = 0) -> object | None:
+    """``compiled`` bound to the C launcher (see the module docstring), or None; ``n_window`` 1 for a windowed
+    kernel, whose ``start_cols`` pointer follows the ints (its unit stride compiled in)."""
     c = module()
     metadata = getattr(compiled, "metadata", None)
     if c is None or metadata is None or not plain_launch(metadata):
@@ -281,7 +284,7 @@ def bind(compiled, n_ints: int) -> object | None:
         sizes = entry_params(compiled.asm["ptx"], metadata.name)
     except (KeyError, AttributeError, TypeError):
         return None
-    scratch = layout(sizes, n_ints)
+    scratch = layout(sizes, n_ints, n_window)
     if scratch is None:
         return None
-    return c.bind(compiled.function, 32 * metadata.num_warps, metadata.shared, n_ints, scratch, compiled)
+    return c.bind(compiled.function, 32 * metadata.num_warps, metadata.shared, n_ints, scratch, compiled, n_window)

@@ -201,18 +201,18 @@ def plan(bs, n_tokens, n_rows, width, stride_row, stride_col, flat_stride, offse
                 LANES, 2 * (shape == LARGE) + wide if one else LOOP_SLOT + wide)
 
 
-def slot_variants(stride_col, flat_stride, offsets_stride, rows_stride, device) -> tuple[tuple, ...]:
+def slot_variants(stride_col, flat_stride, offsets_stride, rows_stride, device, windowed: bool = False) -> tuple[tuple, ...]:
     """The ``variant`` of each of the ``SLOTS`` slots for arguments of these strides on ``device``: what ``plan`` gives
     unwindowed launch of one argument signature, whatever its ``N`` and ``bs`` (``plan(...).variant ==
     slot_variants(...)[plan(...).slot]``), so a signature's slots can be filled from kernels compiled for others."""
     unit, dense = flat_stride == 1 and stride_col == 1, offsets_stride == 1 and rows_stride == 1
     lanes = [
-        (shape, (shape[0], wide, shape[3], unit, dense, one, False))
+        (shape, (shape[0], wide, shape[3], unit, dense, one, windowed))
         for shape, one in ((SMALL, True), (LARGE, True), (LARGE, False)) for wide in (False, True)
     ]
     tiled_shape = (LARGE[0], TILED_WARPS, LARGE[2], LARGE[3])
     return (*((device, LANES, shape, constexprs) for shape, constexprs in lanes),
-            (device, TILED, tiled_shape, (LARGE[0], dense, False)))
+            (device, TILED, tiled_shape, (LARGE[0], dense, windowed)))
 
 
 def rule() -> tuple[int, ...]:
