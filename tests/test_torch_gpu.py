@@ -427,6 +427,37 @@ def test_a_second_signature_takes_the_call_path_from_its_second_call():
     assert c_calls() - served == len(steps)
 
 
+def test_windowed_serving_steps_take_the_call_path():
+    """Each step appends every request's new tokens at its current length: one C call a step once its variants ran."""
+    from kv_canary_torch.launch import dispatch
+
+    n_rows, width = 300, 2049
+    rng = np.random.default_rng(11)
+    pool_np = sentinel_pool(n_rows, width, seed=5)
+    pool = torch.from_numpy(pool_np.copy()).cuda()
+    lengths = np.zeros(n_rows, dtype=np.int64)
+    steps = []
+    for step in range(200):
+        bs = int(rng.choice([1, 8, 64, 256]))
+        rows = rng.permutation(n_rows)[:bs].astype(np.int64)
+        counts = rng.integers(1, 600 if step % 50 == 0 else 3, size=bs)  # a prefill now and then, decode steps between
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        flat_in = rng.integers(-(2**63), 2**63 - 1, size=int(offsets[-1]), dtype=np.int64)
+        starts = lengths[rows].copy()
+        lengths[rows] += counts
+        steps.append((flat_in, offsets, rows, starts))
+    served = None
+    for index, (flat_in, offsets, rows, starts) in enumerate(steps):
+        tensors = on_gpu((flat_in, offsets, rows, starts))
+        launch(*tensors[:3], pool, start_cols=tensors[3])
+        pool_np = scatter_reference(flat_in, offsets, rows, pool_np, starts)
+        if index == 0:
+            assert_call_path_on()
+            served = c_calls()
+    np.testing.assert_array_equal(as_numpy(pool), pool_np)
+    assert c_calls() - served >= len(steps) - 1 - 2 * dispatch.launch_plan.SLOTS  # all but each variant's first call
+
+
 def test_a_changing_n_across_the_int32_boundary():
     """Calls whose len(flat_in) steps over 2**31 and back: the ints switch to i64 (Triton's generic path) and back.
 
