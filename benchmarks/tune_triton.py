@@ -349,9 +349,9 @@ def launch_library(flat_in, offsets, rows, pool, block, warps):
     wide = width * max(pool.stride(1), flat_in.stride(0), 1) >= 2**31 or width + lanes * block >= 2**31
     k.scatter_req_token_ids_kernel[(bs, lanes)](
         flat_in, offsets, rows, pool, n_tokens, n_rows, width, flat_in.stride(0), offsets.stride(0), rows.stride(0),
-        pool.stride(0), pool.stride(1), BLOCK=block, WIDE=wide, STREAM=False,
+        pool.stride(0), pool.stride(1), None, None, BLOCK=block, WIDE=wide, STREAM=False,
         UNIT=flat_in.stride(0) == 1 and pool.stride(1) == 1, DENSE=offsets.stride(0) == 1 and rows.stride(0) == 1,
-        ONE=lanes * block >= longest, num_warps=warps,
+        ONE=lanes * block >= longest, WINDOWED=False, num_warps=warps,
     )
 
 
@@ -382,8 +382,8 @@ def launch_tiled(flat_in, offsets, rows, pool, block, warps):
     assert tiles < 2**16, "grid axis 1 stops at 65535"
     # The library's tiled kernel (kv_canary_torch.triton_kernel), which came out of this sweep.
     k.scatter_req_token_ids_tiled_kernel[(bs, tiles)](
-        flat_in, offsets, rows, pool, n_tokens, n_rows, width, offsets.stride(0), rows.stride(0), pool.stride(0),
-        BLOCK=block, DENSE=offsets.stride(0) == 1 and rows.stride(0) == 1, num_warps=warps,
+        flat_in, offsets, rows, pool, n_tokens, n_rows, width, offsets.stride(0), rows.stride(0), pool.stride(0), None, None,
+        BLOCK=block, DENSE=offsets.stride(0) == 1 and rows.stride(0) == 1, WINDOWED=False, num_warps=warps,
     )
 
 

@@ -79,7 +79,8 @@ CELLS_PER_STEP = 1 << 24
 
 
 def scatter(flat_in, offsets, req_pool_indices, pool_out) -> jax.Array:
-    """The pool with the requests' tokens written (see the module docstring)."""
+    """The pool with the requests' tokens written (see the module docstring); numpy arguments are taken as JAX arrays."""
+    flat_in, offsets, req_pool_indices, pool_out = map(jnp.asarray, (flat_in, offsets, req_pool_indices, pool_out))
     (n_tokens,), (bs,), (n_rows, width) = flat_in.shape, req_pool_indices.shape, pool_out.shape
     if min(bs, n_tokens, n_rows, width) == 0:
         return pool_out

@@ -36,9 +36,9 @@ def run_kernel(batch, shape, wide):
         return pool.cpu().numpy()
     lanes = min(-(-min(width, n_tokens) // block), -(-target // bs))
     dispatch.kernel_module().scatter_req_token_ids_kernel[(bs, lanes)](
-        flat_in, offsets, rows, pool, n_tokens, n_rows, width, 1, 1, 1, pool.stride(0), pool.stride(1),
+        flat_in, offsets, rows, pool, n_tokens, n_rows, width, 1, 1, 1, pool.stride(0), pool.stride(1), None, None,
         BLOCK=block, WIDE=wide, STREAM=stream, UNIT=pool.stride(1) == 1, DENSE=True,
-        ONE=lanes * block >= min(width, n_tokens), num_warps=warps,
+        ONE=lanes * block >= min(width, n_tokens), WINDOWED=False, num_warps=warps,
     )
     return pool.cpu().numpy()
 
