@@ -18,7 +18,9 @@ compared with ``shared_spec.reference.scatter_reference`` after its timing; a mi
    - ``full_pageable``, ``full_pinned``: sglang's full-snapshot step (``_populate_expected_token_pool``): a host
      snapshot of every request's whole token ids (one ``np.concatenate``; pageable: a new array, pinned: into one
      reused page-locked ``flat_in``), the lengths' cumulative sum into a new pinned offsets tensor (``.item()`` for the
-     total), ``non_blocking`` H2D copies of both, ``req_pool_indices`` (on the device) as int64, one launch.
+     total), ``non_blocking`` H2D copies of both, ``req_pool_indices`` (on the device) as int64, one launch. The
+     snapshot's own host time is reported too (``snapshot_us``; ``pinned_unbuilt_over_incremental``: the pinned step
+     less it, over the incremental step: the comparison where the runtime holds the snapshot already built).
    - ``incremental``: ``kv_canary_torch.IncrementalWriter.step`` of the new tokens (``[[t] for t in new]``) at
      ``start_cols`` = each request's length before the token (its host lengths array): one packed pinned buffer, one
      H2D copy, one launch.
@@ -114,7 +116,12 @@ class Requests:
 
 
 class FullSnapshotStep:
-    """sglang's full-snapshot step (module docstring), ``pinned``: the snapshot into one reused page-locked buffer."""
+    """sglang's full-snapshot step (module docstring), ``pinned``: the snapshot into one reused page-locked buffer.
+
+    ``snapshot_ns``: how long the last call took to build the snapshot (the host work before the cumulative sum).
+    """
+
+    snapshot_ns = None
 
     def __init__(self, torch, pool, rows, pinned: bool, capacity: int, backend: str):
         from kv_canary_torch import launch_scatter_req_token_ids_kernel
@@ -126,12 +133,14 @@ class FullSnapshotStep:
 
     def __call__(self, requests: Requests, new: list) -> None:
         torch, device = self.torch, self.pool.device
+        begin = time.perf_counter_ns()
         views = requests.snapshot_views()
         if self.flat is None:
             flat_cpu = torch.from_numpy(np.concatenate(views))
         else:
             flat_cpu = self.flat[: int(requests.lengths.sum())]
             np.concatenate(views, out=flat_cpu.numpy())
+        self.snapshot_ns = time.perf_counter_ns() - begin
         lens_cpu = torch.from_numpy(requests.lengths)
         bs = lens_cpu.shape[0]
         offsets_cpu = torch.zeros(bs + 1, dtype=torch.int64, pin_memory=self.page_locked)
@@ -188,7 +197,7 @@ def step_figures(torch, bs: int, context: int, config: Config) -> dict:
             step(requests, new)
             returned = clock()
             sync()
-            out.append((returned - begin, clock() - begin))
+            out.append((returned - begin, clock() - begin, getattr(step, "snapshot_ns", None)))
         return out[config.step_warmup:]
 
     samples = bench.interleaved_samples(runs, timed, config.step_rounds)
@@ -198,11 +207,17 @@ def step_figures(torch, bs: int, context: int, config: Config) -> dict:
         offsets = np.concatenate([[0], np.cumsum(lengths)])
         expected = scatter_reference(np.concatenate(requests.snapshot_views()), offsets, np.arange(1, bs + 1), start)
         assert np.array_equal(out.cpu().numpy(), expected), f"step {name} at {bs}x{context}: the pool differs from the reference"
-        host, wall = (bench_host.summary([pair[i] for round_ in samples[name] for pair in round_]) for i in (0, 1))
+        host, wall, snapshot = ([timed_[i] for round_ in samples[name] for timed_ in round_] for i in (0, 1, 2))
+        host, wall = bench_host.summary(host), bench_host.summary(wall)
         figures[name] = {"wall_us": wall["median_us"], "wall_p90_us": wall["p90_us"],
                          "host_us": host["median_us"], "host_p90_us": host["p90_us"]}
+        if snapshot[0] is not None:
+            figures[name]["snapshot_us"] = bench_host.summary(snapshot)["median_us"]
     figures["pinned_over_incremental"] = figures["full_pinned"]["wall_us"] / figures["incremental"]["wall_us"]
     figures["pageable_over_incremental"] = figures["full_pageable"]["wall_us"] / figures["incremental"]["wall_us"]
+    # The pinned step were its snapshot already built (sglang's _populate_expected_token_pool alone): wall minus snapshot.
+    figures["pinned_unbuilt_over_incremental"] = (
+        (figures["full_pinned"]["wall_us"] - figures["full_pinned"]["snapshot_us"]) / figures["incremental"]["wall_us"])
     return {"bs": bs, "context": context, "snapshot_tokens": bs * context} | figures
 
 
@@ -323,14 +338,17 @@ def render(figures: dict) -> str:
             "whole token ids snapshot on the host, pageable or into a pinned `flat_in`, copied and scattered) beside "
             "`IncrementalWriter`'s step (the new tokens alone, written at each request's length: one pinned buffer, "
             "one copy, one launch). Us per step, median over the steps of interleaved rounds: *wall* until "
-            "`torch.cuda.synchronize()` after the step returns, *host* until it returns (`kv_canary/bench_incremental.py`)."),
+            "`torch.cuda.synchronize()` after the step returns, *host* until it returns, *snapshot* the host's "
+            "concatenation of every request's ids alone (`kv_canary/bench_incremental.py`)."),
     ]
-    lines = ["| requests x context | snapshot tokens | full pageable wall / host | full pinned wall / host "
-             "| incremental wall / host | pinned / incremental |", "|---|---:|---:|---:|---:|---:|"]
+    lines = ["| requests x context | snapshot tokens | full pageable wall / host (snapshot) "
+             "| full pinned wall / host (snapshot) | incremental wall / host | pinned / incremental "
+             "| pinned less snapshot / incremental |", "|---|---:|---:|---:|---:|---:|---:|"]
     for r in figures["steps"]:
-        cells = [f"{r[k]['wall_us']:.1f} / {r[k]['host_us']:.1f}" for k in ("full_pageable", "full_pinned", "incremental")]
+        cells = [f"{r[k]['wall_us']:.1f} / {r[k]['host_us']:.1f}" + (f" ({r[k]['snapshot_us']:.1f})" if "snapshot_us" in r[k] else "")
+                 for k in ("full_pageable", "full_pinned", "incremental")]
         lines.append(f"| {r['bs']} x {r['context']} | {r['snapshot_tokens']} | " + " | ".join(cells)
-                     + f" | {r['pinned_over_incremental']:.1f}x |")
+                     + f" | {r['pinned_over_incremental']:.1f}x | {r['pinned_unbuilt_over_incremental']:.1f}x |")
     parts.append("\n".join(lines))
     parts += [
         "## torch: the windowed Triton kernel against the unwindowed one",

@@ -46,9 +46,13 @@ def test_every_step_of_every_size_has_host_and_wall_figures(figures):
         assert row["snapshot_tokens"] == row["bs"] * row["context"]
         for step in ("full_pageable", "full_pinned", "incremental"):
             f = row[step]
-            assert set(f) == {"wall_us", "wall_p90_us", "host_us", "host_p90_us"}
+            full = step != "incremental"
+            assert set(f) == {"wall_us", "wall_p90_us", "host_us", "host_p90_us"} | ({"snapshot_us"} if full else set())
             assert 0 < f["host_us"] <= f["wall_us"] and f["wall_us"] <= f["wall_p90_us"]
-        assert row["pinned_over_incremental"] == row["full_pinned"]["wall_us"] / row["incremental"]["wall_us"]
+            assert not full or 0 < f["snapshot_us"] < f["host_us"]
+        incremental = row["incremental"]["wall_us"]
+        assert row["pinned_over_incremental"] == row["full_pinned"]["wall_us"] / incremental
+        assert row["pinned_unbuilt_over_incremental"] == (row["full_pinned"]["wall_us"] - row["full_pinned"]["snapshot_us"]) / incremental
 
 
 def test_the_windowed_kernel_rows_take_turns_on_a_pool_of_their_own_each_round(figures):
