@@ -83,16 +83,16 @@ def steps(pattern: str, count: int, seed: int = 0):
     return out
 
 
-def device_steps(torch, pattern: str, count: int, seed: int = 0):
-    """The steps as CUDA tensors, ``flat_in`` a view of one buffer of random ids (the views keep it alive)."""
+def device_steps(torch, pattern: str, count: int, seed: int = 0, device="cuda"):
+    """The steps as tensors on ``device``, ``flat_in`` a view of one buffer of random ids (the views keep it alive)."""
     host = steps(pattern, count, seed)
     most = max(n for n, _, _ in host)
-    buffer = torch.randint(0, 2**31 - 1, (most,), dtype=torch.int64, device="cuda")
+    buffer = torch.randint(0, 2**31 - 1, (most,), dtype=torch.int64, device=device)
     if pattern == "repeat":
         n, offsets, rows = host[0]
-        one = (buffer[:n], torch.from_numpy(offsets).cuda(), torch.from_numpy(rows).cuda())
+        one = (buffer[:n], torch.from_numpy(offsets).to(device), torch.from_numpy(rows).to(device))
         return [one] * count
-    return [(buffer[:n], torch.from_numpy(o).cuda(), torch.from_numpy(r).cuda()) for n, o, r in host]
+    return [(buffer[:n], torch.from_numpy(o).to(device), torch.from_numpy(r).to(device)) for n, o, r in host]
 
 
 def check_pattern(torch, launch, pattern: str, count: int = 24) -> None:
@@ -108,9 +108,10 @@ def check_pattern(torch, launch, pattern: str, count: int = 24) -> None:
         assert np.array_equal(pool.cpu().numpy(), expected), f"{pattern}: the pool differs from the reference"
 
 
-def time_calls(torch, runs: dict, rounds: int = ROUNDS) -> dict:
+def time_calls(torch, runs: dict, rounds: int = ROUNDS, sync=None) -> dict:
     """``{name: per-call ns}`` of each ``runs[name] = (fn, steps, context)``: ``fn(*step)`` per call, inside
-    ``context()`` (a context manager factory, or None) for the whole round; rounds interleaved, after a warm-up round."""
+    ``context()`` (a context manager factory, or None) for the whole round; rounds interleaved, after a warm-up round;
+    ``sync()`` (default ``torch.cuda.synchronize``) after each run's round."""
     samples = {name: [] for name in runs}
     clock = time.perf_counter_ns
     for r in range(rounds + 1):
@@ -121,7 +122,7 @@ def time_calls(torch, runs: dict, rounds: int = ROUNDS) -> dict:
                     start = clock()
                     fn(*step)
                     times.append(clock() - start)
-            torch.cuda.synchronize()
+            (sync or torch.cuda.synchronize)()
             if r:  # round 0 warms up
                 samples[name] += times
     return samples

@@ -23,7 +23,11 @@ its command buffer) is part of what is timed.
 Method: per case, one step without the scatter and one with it per
 implementation (``--impl``, default every one of ``mosaic``, ``pallas``,
 ``xla`` that runs here, ``plain`` and ``default``: ``implementation=None``,
-reported with the name it resolves to). ``plain`` is not the library: it is
+reported with the name it resolves to), and with ``--windowed`` each of ``mosaic``, ``pallas`` and ``xla``
+also with ``start_cols`` (``kv_canary.bench_incremental.append_columns``: an append position per request at which
+every token is still written, the same bytes), reported as its own row beside the unwindowed one with
+``over_unwindowed``, the ratio of the two marginal costs' medians (``--windowed`` alone defaults to those three,
+without ``plain`` and ``default``). ``plain`` is not the library: it is
 ``plain_xla_scatter``, the scatter a JAX user writes by hand for well-formed
 batches, the baseline the library's ``xla`` must not lose to; each row reports
 its marginal cost over ``plain``'s (``vs_plain``, a ratio of medians). Each is compiled and run ``--warmup`` times, its
@@ -40,7 +44,7 @@ Flags: ``--case BSxSEQ[r][a]`` (repeatable; ``kv_canary.bench.parse_case``:
 ``r`` ragged lengths, ``a`` rows ``seq`` wide), ``--impl NAME`` (repeatable:
 ``mosaic``, ``pallas``, ``xla``, ``default``), ``--rounds N``, ``--steps N``,
 ``--warmup N``, ``--size N`` (matmul side), ``--matmuls N``,
-``--fresh-inputs``, ``--json``, ``--short`` (the CPU variant: ``SHORT_CASES``,
+``--fresh-inputs``, ``--windowed``, ``--json``, ``--short`` (the CPU variant: ``SHORT_CASES``,
 ``SHORT_SIZE``-wide matmuls, ``SHORT_ROUNDS`` rounds of ``SHORT_STEPS`` steps,
 each overridable by its own flag; a few minutes on two CPU cores).
 """
@@ -58,6 +62,7 @@ import time
 import numpy as np
 
 from kv_canary.bench import interleaved_samples, make_inputs, parse_case
+from kv_canary.bench_incremental import append_columns
 
 # sglang-like batches: long and mid prefills, a large one, a ragged mix, many short rows, a decode-sized batch.
 CASES = ("64x8192", "256x2048", "256x8192", "256x32768", "4096x512", "256x8192r", "256x64")
@@ -66,6 +71,7 @@ SHORT_CASES = ("16x2048", "64x512", "64x2048", "64x8192", "1024x128", "64x2048r"
 IMPLEMENTATIONS = ("mosaic", "pallas", "xla")
 PLAIN = "plain"  # plain_xla_scatter: what a user writes, not the library
 DEFAULT = "default"  # implementation=None, reported with the name it resolves to
+WINDOWED = " windowed"  # the suffix of a step's label that passes start_cols
 # A server step's model work: four bf16 2048 x 2048 matmuls (the ruling's step).
 SIZE, MATMULS = 2048, 4
 ROUNDS, STEPS, WARMUP = 5, 120, 10
@@ -93,22 +99,24 @@ class Step:
     label: str
     implementation: str | None
     fn: object
-    args: tuple  # (x, w, flat_in, offsets, rows): device arrays, or host ones re-copied each step (fresh inputs)
+    args: tuple  # (x, w, flat_in, offsets, rows, start_cols or None): device arrays, or host ones re-copied each step
     pool: object
     fresh: bool
+    windowed: bool = False
 
     def __call__(self) -> None:
         import jax
 
         x, w, *batch = self.args
         if self.fresh:
-            batch = [jax.device_put(a) for a in batch]
+            batch = [None if a is None else jax.device_put(a) for a in batch]
         h, self.pool = self.fn(x, w, *batch, self.pool)
         jax.block_until_ready((h, self.pool))
 
 
-def make_step(implementation: str | None, matmuls: int):
-    """The jitted step (see the module docstring): ``(x, w, flat_in, offsets, rows, pool) -> (h, pool)``, pool donated.
+def make_step(implementation: str | None, matmuls: int, windowed: bool = False):
+    """The jitted step (see the module docstring): ``(x, w, flat_in, offsets, rows, start_cols, pool) -> (h, pool)``,
+    pool donated; ``start_cols`` passed on where ``windowed`` (else it is None and unused).
 
     ``implementation`` None: no scatter. ``DEFAULT``: ``implementation=None``. ``PLAIN``: ``plain_xla_scatter``.
     """
@@ -117,7 +125,7 @@ def make_step(implementation: str | None, matmuls: int):
 
     from kv_canary_jax import scatter_req_token_ids
 
-    def step(x, w, flat_in, offsets, rows, pool):
+    def step(x, w, flat_in, offsets, rows, start_cols, pool):
         h = x
         for _ in range(matmuls):  # a chain: each matmul needs the one before
             h = jnp.dot(h, w, preferred_element_type=jnp.bfloat16)
@@ -125,10 +133,11 @@ def make_step(implementation: str | None, matmuls: int):
             pool = plain_xla_scatter(flat_in, offsets, rows, pool)
         elif implementation is not None:
             choice = None if implementation == DEFAULT else implementation
-            pool = scatter_req_token_ids(flat_in, offsets, rows, pool, implementation=choice)
+            windows = {"start_cols": start_cols} if windowed else {}
+            pool = scatter_req_token_ids(flat_in, offsets, rows, pool, implementation=choice, **windows)
         return h, pool
 
-    return jax.jit(step, donate_argnums=5)
+    return jax.jit(step, donate_argnums=6)
 
 
 def default_name() -> str:
@@ -160,7 +169,8 @@ def agrees(step: Step, expected) -> bool:
 
 
 def run_case(case: str, implementations, args) -> tuple[list[dict], list[str]]:
-    """The rows of one case (one per implementation) and the labels of those that disagreed with the reference."""
+    """The rows of one case (one per implementation, and with ``args.windowed`` one more per windowed one) and the
+    labels of those that disagreed with the reference."""
     import jax
     import jax.numpy as jnp
 
@@ -168,48 +178,66 @@ def run_case(case: str, implementations, args) -> tuple[list[dict], list[str]]:
 
     bs, seq, ragged, aligned = parse_case(case)
     host = make_inputs(bs, seq, ragged, aligned=aligned)
-    expected = scatter_reference(*host)
+    start_cols = append_columns(host[1], host[3].shape[1])
+    expected = {False: scatter_reference(*host), True: scatter_reference(*host, start_cols)}
     key_x, key_w = jax.random.split(jax.random.key(0))
     x = jax.random.normal(key_x, (args.size, args.size), jnp.bfloat16)
     w = jax.random.normal(key_w, (args.size, args.size), jnp.bfloat16) / np.sqrt(args.size)  # keeps h bounded
-    batch = tuple(host[:3]) if args.fresh_inputs else tuple(jax.device_put(a) for a in host[:3])
+    batch = (*host[:3], start_cols) if args.fresh_inputs else tuple(jax.device_put(a) for a in (*host[:3], start_cols))
+    labels = [("without", None, False)] + [(i, i, False) for i in implementations]
+    if args.windowed:
+        labels += [(i + WINDOWED, i, True) for i in implementations if i in IMPLEMENTATIONS]
     steps = {
-        label: Step(label, impl, make_step(impl, args.matmuls), (x, w, *batch), jax.device_put(host[3]), args.fresh_inputs)
-        for label, impl in [("without", None)] + [(i, i) for i in implementations]
+        label: Step(label, impl, make_step(impl, args.matmuls, windowed), (x, w, *batch[:3], batch[3] if windowed else None),
+                    jax.device_put(host[3]), args.fresh_inputs, windowed)
+        for label, impl, windowed in labels
     }
     for step in steps.values():
         for _ in range(max(1, args.warmup)):
             step()
-    failed = [label for label, step in steps.items() if step.implementation and not agrees(step, expected)]
+    failed = [label for label, step in steps.items() if step.implementation and not agrees(step, expected[step.windowed])]
     samples = interleaved_samples(steps, lambda step: median_step_us(step, args.steps), args.rounds)
-    failed += [label for label, step in steps.items() if step.implementation and not agrees(step, expected)]
+    failed += [label for label, step in steps.items() if step.implementation and not agrees(step, expected[step.windowed])]
     without = samples["without"]
     rows = []
-    for label in implementations:
+    for label, step in steps.items():
+        if step.implementation is None:
+            continue
         marginal = [with_ - without_ for with_, without_ in zip(samples[label], without)]
+        impl = step.implementation
         rows.append({
-            "case": case, "tokens": int(host[0].shape[0]), "implementation": label,
-            "runs": default_name() if label == DEFAULT else label,
+            "case": case, "tokens": int(host[0].shape[0]), "implementation": impl, "windowed": step.windowed,
+            "runs": default_name() if impl == DEFAULT else impl,
             "step_without_us": statistics.median(without), "step_with_us": statistics.median(samples[label]),
             "marginal_us": spread(marginal),
         })
-    plain = next((r["marginal_us"]["median"] for r in rows if r["implementation"] == PLAIN), None)
+    unwindowed = {r["implementation"]: r["marginal_us"]["median"] for r in rows if not r["windowed"]}
+    for r in rows:
+        base = unwindowed.get(r["implementation"])
+        r["over_unwindowed"] = (r["marginal_us"]["median"] / base if r["windowed"] and base is not None and base > 0
+                                else None)
+    plain = unwindowed.get(PLAIN)
     for r in rows:
         r["vs_plain"] = r["marginal_us"]["median"] / plain if plain is not None and plain > 0 else None
     return rows, sorted(set(failed))
 
 
 def table(rows: list[dict]) -> str:
+    """The rows as markdown; a last column, windowed over unwindowed, where some row is windowed."""
+    windowed = any(r["windowed"] for r in rows)
     head = ("| case | tokens | implementation | step without us | step with us | marginal us (median) "
-            "| marginal IQR us | marginal min-max us | vs plain |")
-    lines = [head, "|" + "---|" * 9]
+            "| marginal IQR us | marginal min-max us | vs plain |" + (" windowed / unwindowed |" if windowed else ""))
+    lines = [head, "|" + "---|" * (9 + windowed)]
     for r in rows:
         m = r["marginal_us"]
         name = {DEFAULT: f"default ({r['runs']})", PLAIN: "plain (what a user writes)"}.get(r["implementation"], r["implementation"])
+        name += ", start_cols" if r["windowed"] else ""
         vs = "" if r["vs_plain"] is None else f"{r['vs_plain']:.2f}x"
+        over = "" if r["over_unwindowed"] is None else f" {r['over_unwindowed']:.3f}x |"
         lines.append(
             f"| {r['case']} | {r['tokens']} | {name} | {r['step_without_us']:.1f} | {r['step_with_us']:.1f} "
             f"| {m['median']:.1f} | {m['q1']:.1f} to {m['q3']:.1f} | {m['min']:.1f} to {m['max']:.1f} | {vs} |"
+            + ((over or " |") if windowed else "")
         )
     return "\n".join(lines)
 
@@ -225,6 +253,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--size", type=int, help=f"side of the bf16 matmuls (default {SIZE}, {SHORT_SIZE} with --short)")
     ap.add_argument("--matmuls", type=int, default=MATMULS)
     ap.add_argument("--fresh-inputs", action="store_true", help="copy the batch to the device before every step")
+    ap.add_argument("--windowed", action="store_true",
+                    help="also each of mosaic, pallas, xla with start_cols (an append position per request), "
+                         "with the ratio over the unwindowed marginal cost")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--short", action="store_true", help=f"the CPU variant: cases {' '.join(SHORT_CASES)}, smaller matmuls, fewer steps")
     return ap
@@ -240,17 +271,18 @@ def run(args) -> int:
     for name, full, short in (("rounds", ROUNDS, SHORT_ROUNDS), ("steps", STEPS, SHORT_STEPS), ("size", SIZE, SHORT_SIZE)):
         if getattr(args, name) is None:
             setattr(args, name, short if args.short else full)
-    implementations = args.impl or [i for i in IMPLEMENTATIONS if i in available_implementations()] + [PLAIN, DEFAULT]
+    implementations = args.impl or [i for i in IMPLEMENTATIONS if i in available_implementations()] + (
+        [] if args.windowed else [PLAIN, DEFAULT])
     meta = {"python": platform.python_version(), "jax": jax.__version__, "device": jax.devices()[0].device_kind,
             "size": args.size, "matmuls": args.matmuls, "rounds": args.rounds, "steps": args.steps,
-            "fresh_inputs": args.fresh_inputs}
+            "fresh_inputs": args.fresh_inputs, "windowed": args.windowed}
     rows, failed = [], []
     for case in args.case or (SHORT_CASES if args.short else CASES):
         case_rows, case_failed = run_case(case, implementations, args)
         rows += case_rows
         failed += [f"{case} {label}" for label in case_failed]
         for r in case_rows:
-            print(f"{case} {r['implementation']}: marginal {r['marginal_us']['median']:.1f} us", file=sys.stderr, flush=True)
+            print(f"{case} {r['implementation']}{WINDOWED * r['windowed']}: marginal {r['marginal_us']['median']:.1f} us", file=sys.stderr, flush=True)
     default = next((r["runs"] for r in rows if r["implementation"] == DEFAULT), None)
     if args.json:
         print(json.dumps({"meta": meta, "rows": rows, "default": default}, indent=1))

@@ -111,7 +111,12 @@ and JAX wall time (method in kv_canary/bench.py). Needs a CUDA GPU, torch,
 triton and (unless --no-jax) jax. Takes several minutes (--quick: only cases
 of at most 2M tokens; --case: only the device-time rows of the cases named,
 to run one again; --host: the host table alone, under a minute; --step: the
-JAX step bench alone, kv_canary/bench_step.py, a few minutes, jax only). On a
+JAX step bench alone, kv_canary/bench_step.py, a few minutes, jax only, with
+--windowed each implementation also with start_cols; --incremental: the
+windowed write's tables, kv_canary/bench_incremental.py, a few minutes, torch
+and triton only: the serving step, sglang's full snapshot against the
+incremental one, the windowed Triton kernel against the unwindowed one, host
+time with start_cols, printed as markdown to paste into docs/performance.md). On a
 TPU it times the Mosaic TPU kernel against XLA instead (jax only). Every mode
 refuses a machine without a GPU in a second or two, but one: --step --short,
 a short run of the step bench that also works on a CPU."""
@@ -415,7 +420,6 @@ def render_table(result) -> str:
 
 def bench(args) -> int:
     from kv_canary.bench import parse_case  # numpy only: a bad --case is a usage error before anything slow loads
-    from kv_canary.matrix import BROKEN_FRAMEWORK
     from kv_canary.platform import installed
 
     for text in args.case or ():
@@ -425,6 +429,20 @@ def bench(args) -> int:
             raise UsageError(f"--case {error}") from None
     if args.case and args.host:
         raise UsageError("--case selects device-time cases; --host times the launcher's host work alone")
+    if args.windowed and not args.step:
+        raise UsageError("--windowed is the step bench's: bench --step --windowed")
+    if args.incremental:
+        others = [name for name, on in (("--case", args.case), ("--host", args.host), ("--step", args.step),
+                                        ("--quick", args.quick), ("--no-jax", args.no_jax), ("--write", args.write)) if on]
+        if others:
+            raise UsageError(f"--incremental runs its own sizes and prints its tables (markdown to paste into "
+                             f"docs/performance.md, or --json); it takes no {', '.join(others)}")
+        if missing := [name for name in ("torch", "triton") if not installed(name)]:
+            raise NothingRan(errors.not_installed(missing))
+        require_gpu(args)
+        from kv_canary import bench_incremental
+
+        return bench_incremental.run(args)
 
     if args.short and not args.step:
         raise UsageError("--short is the step bench's CPU variant: bench --step --short")
@@ -434,6 +452,7 @@ def bench(args) -> int:
         from kv_canary import bench_step
 
         step_argv = (["--json"] if args.json else []) + [arg for text in args.case or () for arg in ("--case", text)]
+        step_argv += ["--windowed"] if args.windowed else []
         if args.short:
             if bench_step.parser().parse_known_args(["--short"])[1]:
                 raise UsageError("--short: this kv_canary.bench_step has no short variant")
@@ -455,18 +474,24 @@ def bench(args) -> int:
     missing = [name for name in needed if not installed(name)]
     if missing:
         raise NothingRan(errors.not_installed(missing))
-    say(args, "kv-canary bench: loading torch (a few seconds)...")
+    require_gpu(args)
+    from kv_canary import bench as bench_module
+
+    return bench_module.run(args)
+
+
+def require_gpu(args) -> None:
+    """Load torch and refuse a machine where it sees no CUDA GPU (``NO_GPU``), as every torch bench mode does."""
+    from kv_canary.matrix import BROKEN_FRAMEWORK
     from kv_canary.platform import cuda_available
 
+    say(args, "kv-canary bench: loading torch (a few seconds)...")
     try:
         has_gpu = cuda_available()
     except ImportError as error:
         raise NothingRan(BROKEN_FRAMEWORK.format(module="torch", error=f"{type(error).__name__}: {error}")) from None
     if not has_gpu:
         raise NothingRan(NO_GPU)
-    from kv_canary import bench as bench_module
-
-    return bench_module.run(args)
 
 
 # -- plot --------------------------------------------------------------------------
@@ -535,6 +560,12 @@ def parser() -> Parser:
     p_bench.add_argument("--host", action="store_true", help="only the torch launcher's host time in the serving pattern (seconds)")
     p_bench.add_argument("--step", action="store_true",
                          help="only JAX: the scatter's marginal cost in a jitted step like a server's, per implementation (minutes)")
+    p_bench.add_argument("--windowed", action="store_true",
+                         help="with --step: each implementation also with start_cols, and the ratio over the unwindowed one")
+    p_bench.add_argument("--incremental", action="store_true",
+                         help="only the windowed write's tables (torch): the serving step, full snapshot against incremental; "
+                              "the windowed Triton kernel; host time with start_cols (a few minutes; markdown to paste into "
+                              "docs/performance.md, or --json)")
     p_bench.add_argument("--short", action="store_true",
                          help="with --step: a short run that also works on a CPU (where only XLA runs)")
     p_bench.add_argument("-q", "--quiet", action="store_true", help="no status lines on stderr")

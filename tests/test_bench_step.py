@@ -75,6 +75,34 @@ def test_a_result_that_disagrees_with_the_reference_fails(monkeypatch, capsys):
     assert "disagrees with the reference: 2x16 xla" in capsys.readouterr().err
 
 
+def test_windowed_each_implementation_also_with_start_cols_and_the_ratio(capsys):
+    assert bench_step.main(["--impl", "xla", "--impl", "plain", "--case", "3x40r", "--windowed", *TINY]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["implementation"], r["windowed"]) for r in rows] == [("xla", False), ("plain", False), ("xla", True)]
+    unwindowed, _, windowed = (r["marginal_us"]["median"] for r in rows)
+    assert rows[2]["over_unwindowed"] == (windowed / unwindowed if unwindowed > 0 else None)
+    assert rows[0]["over_unwindowed"] is None and rows[1]["over_unwindowed"] is None
+    assert bench_step.main(["--impl", "xla", "--case", "3x40r", "--windowed", *TINY[:-1]]) == 0
+    assert "| xla, start_cols |" in capsys.readouterr().out
+
+
+def test_windowed_alone_defaults_to_the_library_implementations(capsys):
+    assert bench_step.main(["--case", "2x16", "--windowed", *TINY]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    here = [i for i in bench_step.IMPLEMENTATIONS if i in available_implementations()]
+    assert [(r["implementation"], r["windowed"]) for r in rows] == [(i, False) for i in here] + [(i, True) for i in here]
+
+
+def test_a_windowed_result_that_ignores_start_cols_fails(monkeypatch, capsys):
+    import kv_canary_jax
+
+    scatter = kv_canary_jax.scatter_req_token_ids
+    monkeypatch.setattr(kv_canary_jax, "scatter_req_token_ids",
+                        lambda f, o, r, pool, start_cols=None, **kw: scatter(f, o, r, pool, **kw))
+    assert bench_step.main(["--impl", "xla", "--case", "3x40r", "--windowed", *TINY]) == 1
+    assert "disagrees with the reference: 3x40r xla windowed" in capsys.readouterr().err
+
+
 def test_spread_of_per_round_figures():
     assert bench_step.spread([5.0, 1.0, 3.0, 2.0, 4.0]) == {"median": 3.0, "q1": 2.0, "q3": 4.0, "min": 1.0, "max": 5.0}
     assert bench_step.spread([7.0]) == {"median": 7.0, "q1": 7.0, "q3": 7.0, "min": 7.0, "max": 7.0}

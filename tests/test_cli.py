@@ -382,6 +382,10 @@ def test_a_framework_that_does_not_import_is_reported_not_raised():
     (["--case", "5x"], "--case '5x' is not a case: BSxSEQ, optionally suffixed r"),
     (["--case", "256x8192", "--case", "no_such_workload"], "--case 'no_such_workload' is not a case"),
     (["--case", "256x8192", "--host"], "--case selects device-time cases; --host times the launcher's host work alone"),
+    (["--windowed"], "--windowed is the step bench's: bench --step --windowed"),
+    (["--incremental", "--case", "256x8192", "--write", "x.md"], "--incremental runs its own sizes and prints its tables "
+     "(markdown to paste into docs/performance.md, or --json); it takes no --case, --write"),
+    (["--incremental", "--step"], "it takes no --step"),
 ])
 def test_bench_case_errors_are_usage_errors_before_anything_loads(capsys, args, message):
     code, out, err = run_main(capsys, "bench", *args)
@@ -404,6 +408,12 @@ def test_bench_without_frameworks_says_once_what_to_install_and_exits_3(as_json)
         assert out == ""
 
 
+def test_bench_incremental_needs_torch_and_triton_alone():
+    code, _, err = run_blocked(["torch", "triton"], "bench", "--incremental")
+    assert code == cli.EXIT_NOTHING_RAN
+    assert err.strip().endswith(f"kv-canary bench: nothing ran: {errors.not_installed(['torch', 'triton'])}")
+
+
 @pytest.mark.skipif(cuda_available(), reason="a CUDA GPU is here: bench would run")
 @pytest.mark.parametrize("as_json", [False, True])
 def test_bench_without_a_gpu_exits_3_and_honours_json(capsys, as_json):
@@ -417,11 +427,13 @@ def test_bench_without_a_gpu_exits_3_and_honours_json(capsys, as_json):
 
 
 @pytest.mark.skipif(cuda_available(), reason="a CUDA GPU is here: bench would run")
-@pytest.mark.parametrize("mode", [[], ["--host"], ["--no-jax"], ["--step"], ["--step", "--case", "64x8192"]])
+@pytest.mark.parametrize("mode", [[], ["--host"], ["--no-jax"], ["--step"], ["--step", "--case", "64x8192"],
+                                  ["--step", "--windowed"], ["--incremental"]])
 def test_every_bench_mode_without_a_gpu_refuses_alike_before_it_runs(capsys, monkeypatch, mode):
-    from kv_canary import bench_step
+    from kv_canary import bench_incremental, bench_step
 
     monkeypatch.setattr(bench_step, "main", lambda argv=None: pytest.fail("the step bench ran without a GPU"))
+    monkeypatch.setattr(bench_incremental, "run", lambda args: pytest.fail("the incremental bench ran without a GPU"))
     code, out, err = run_main(capsys, "bench", *mode)
     assert code == cli.EXIT_NOTHING_RAN and out == ""
     assert err.strip().endswith(f"kv-canary bench: nothing ran: {cli.NO_GPU}")
@@ -441,3 +453,5 @@ def test_bench_short_is_the_step_benchs_and_is_passed_on(capsys, monkeypatch):
     monkeypatch.setattr(bench_step, "main", lambda argv=None: seen.append(argv) or 0)
     code, _, _ = run_main(capsys, "bench", "--step", "--short", "--case", "64x8192", "--json")
     assert code == cli.EXIT_OK and seen == [["--json", "--case", "64x8192", "--short"]]
+    code, _, _ = run_main(capsys, "bench", "--step", "--short", "--windowed")
+    assert code == cli.EXIT_OK and seen[-1] == ["--windowed", "--short"]
