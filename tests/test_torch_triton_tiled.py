@@ -21,7 +21,7 @@ from shared_spec import scatter_reference
 from tests.contract import SEMANTIC_BATCHES, assert_same_pool
 from tests.profiles import property_settings
 from tests.strategies import large_batch, sentinel_pool, tile_batches
-from tests.torch_support import device_for
+from tests.torch_support import device_for, tiled_everywhere
 
 DEVICE = device_for("triton")
 BLOCK = 16
@@ -30,14 +30,7 @@ BLOCK = 16
 @pytest.fixture
 def small_tiles(monkeypatch):
     """Every contiguous batch launches the tiled kernel, with BLOCK-column tiles; no plan or fast-path entry survives the test."""
-    monkeypatch.setattr(launch_plan, "LARGE", (BLOCK, 4, 4096, False))
-    monkeypatch.setattr(launch_plan, "SMALL_CELLS", -1)
-    monkeypatch.setattr(launch_plan, "TILED_FILL", 0)
-    monkeypatch.setattr(launch_plan, "TILED_MIN_TILES", 0)
-    monkeypatch.setattr(launch_plan, "TILED_MIN_TOKENS", 0)
-    dispatch.forget()
-    yield
-    dispatch.forget()
+    yield from tiled_everywhere(monkeypatch, BLOCK)
 
 
 def run(batch, strided_flat: bool = False):

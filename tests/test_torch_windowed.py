@@ -19,7 +19,7 @@ from shared_spec import errors, scatter_reference
 from tests.contract import assert_same_pool
 from tests.profiles import property_settings
 from tests.strategies import INT64_MAX, INT64_MIN, sentinel_pool, windowed_batches
-from tests.torch_support import device_for
+from tests.torch_support import device_for, tiled_everywhere
 
 BACKENDS = ["torch", "triton"]
 EXAMPLES = {"torch": 60, "triton": 25}
@@ -112,30 +112,29 @@ def test_strided_layouts(backend):
 @pytest.fixture
 def small_tiles(monkeypatch):
     """Every contiguous batch launches the tiled kernel with 16-column tiles (as tests/test_torch_triton_tiled.py)."""
-    monkeypatch.setattr(launch_plan, "LARGE", (16, 4, 4096, False))
-    monkeypatch.setattr(launch_plan, "SMALL_CELLS", -1)
-    monkeypatch.setattr(launch_plan, "TILED_FILL", 0)
-    monkeypatch.setattr(launch_plan, "TILED_MIN_TILES", 0)
-    monkeypatch.setattr(launch_plan, "TILED_MIN_TOKENS", 0)
-    dispatch.forget()
-    yield
-    dispatch.forget()
+    yield from tiled_everywhere(monkeypatch, 16)
 
 
-def test_the_tiled_kernel_windowed(small_tiles):
+def check_kernel_windowed(kernel: str, examples: int, **sizes) -> None:
+    """Random windowed batches launched directly, each through ``kernel`` (``launch_plan.TILED`` or ``LANES``), against the reference."""
     device = device_for("triton")
 
-    @property_settings(25)
-    @given(batch=windowed_batches(max_rows=6, max_width=67, max_bs=6, max_tokens=160))
+    @property_settings(examples)
+    @given(batch=windowed_batches(**sizes))
     def check(batch):
         flat_in, offsets, rows, pool, start_cols = tensors(batch, device)
         plan = dispatch.plan_of(flat_in, offsets, rows, pool, start_cols)
         dispatch.launch(flat_in, offsets, rows, pool, start_cols)
         assert_same_pool(pool.cpu().numpy(), scatter_reference(*batch))
         if plan is not launch_plan.NOTHING:
-            assert plan.kernel == launch_plan.TILED and dict(zip(launch_plan.TILED_CONSTEXPRS, plan.constexprs))["WINDOWED"]
+            constexprs = launch_plan.TILED_CONSTEXPRS if plan.kernel == launch_plan.TILED else launch_plan.LANES_CONSTEXPRS
+            assert plan.kernel == kernel and dict(zip(constexprs, plan.constexprs))["WINDOWED"]
 
     check()
+
+
+def test_the_tiled_kernel_windowed(small_tiles):
+    check_kernel_windowed(launch_plan.TILED, 25, max_rows=6, max_width=67, max_bs=6, max_tokens=160)
 
 
 def test_the_lanes_kernel_loop_windowed(monkeypatch):
@@ -144,18 +143,8 @@ def test_the_lanes_kernel_loop_windowed(monkeypatch):
     monkeypatch.setattr(launch_plan, "SMALL_CELLS", -1)
     monkeypatch.setattr(launch_plan, "TILED_MIN_TOKENS", 2**62)
     dispatch.forget()
-    device = device_for("triton")
     try:
-        @property_settings(20)
-        @given(batch=windowed_batches(max_rows=4, max_width=70, max_bs=4, max_tokens=200))
-        def check(batch):
-            flat_in, offsets, rows, pool, start_cols = tensors(batch, device)
-            plan = dispatch.plan_of(flat_in, offsets, rows, pool, start_cols)
-            dispatch.launch(flat_in, offsets, rows, pool, start_cols)
-            assert_same_pool(pool.cpu().numpy(), scatter_reference(*batch))
-            assert plan is launch_plan.NOTHING or plan.kernel == launch_plan.LANES
-
-        check()
+        check_kernel_windowed(launch_plan.LANES, 20, max_rows=4, max_width=70, max_bs=4, max_tokens=200)
     finally:
         dispatch.forget()
 
