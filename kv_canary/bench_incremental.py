@@ -21,9 +21,9 @@ compared with ``shared_spec.reference.scatter_reference`` after its timing; a mi
      total), ``non_blocking`` H2D copies of both, ``req_pool_indices`` (on the device) as int64, one launch. The
      snapshot's own host time is reported too (``snapshot_us``; ``pinned_unbuilt_over_incremental``: the pinned step
      less it, over the incremental step: the comparison where the runtime holds the snapshot already built).
-   - ``incremental``: ``kv_canary_torch.IncrementalWriter.step`` of the new tokens (``[[t] for t in new]``) at
-     ``start_cols`` = each request's length before the token (its host lengths array): one packed pinned buffer, one
-     H2D copy, one launch.
+   - ``incremental``: ``kv_canary_torch.IncrementalWriter.step`` of the new tokens in the flat form (the sampler's
+     list, ``lengths=1``; rows a numpy array) at ``start_cols`` = each request's length before the token (its host
+     lengths array): one packed pinned buffer, one H2D copy, one launch.
 2. The windowed Triton kernel (``windowed``), on ``kv_canary.bench.make_inputs``' tensors of each case: the unwindowed
    launch, the windowed one with ``start_cols`` all 0 (the same cells) and with an append position per request
    (``append_columns``: a column in ``[0, C - length]``, so every token is still written: the same bytes), all through
@@ -153,16 +153,22 @@ class FullSnapshotStep:
 
 
 class IncrementalStep:
-    """The incremental step: each request's new token at its length before it, one ``IncrementalWriter`` step."""
+    """The incremental step: each request's new token at its length before it, one ``IncrementalWriter`` step.
+
+    Called as a runtime calls it: the sampler's output as it comes (a flat list of ints, one per request) in the flat
+    form (``lengths=1``: no per-request lists, offsets without a cumulative sum); rows and start_cols as numpy int64
+    arrays, the form a runtime keeps its request slots and lengths in (sglang's ``seq_lens_cpu`` is a CPU tensor, as
+    cheap): one copy each, where a list costs a conversion per element.
+    """
 
     def __init__(self, pool, bs: int, backend: str):
         from kv_canary_torch import IncrementalWriter
 
         self.writer = IncrementalWriter(pool, max_requests=bs, max_new_tokens=bs, backend=backend)
-        self.rows = list(range(1, bs + 1))
+        self.rows = np.arange(1, bs + 1, dtype=np.int64)
 
     def __call__(self, requests: Requests, new: list) -> None:
-        self.writer.step([[t] for t in new], self.rows, requests.previous)
+        self.writer.step(new, self.rows, requests.previous, lengths=1)
 
 
 def step_figures(torch, bs: int, context: int, config: Config) -> dict:

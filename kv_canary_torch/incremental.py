@@ -8,9 +8,20 @@ int64 staging buffer on the host (page-locked when ``pool_out`` is a CUDA tensor
 write, ``shared_spec.reference``): it packs the flat tokens, the offsets (a cumulative sum of the lengths), the
 rows and the first columns into the staging buffer, copies the used part of it to the device buffer in one
 ``non_blocking`` copy on the current stream, and launches once on views of the device buffer. No tensor is
-allocated per step. ``new_tokens`` is a sequence of per-request token ids, each a list/tuple of ints, a 1-D
-integer numpy array or a 1-D integer CPU tensor; ``rows`` and ``start_cols`` are sequences of ints, numpy arrays
-or CPU tensors of length ``len(new_tokens)``.
+allocated per step: the device views of a step's ``(bs, count)`` are made once and kept (the last 8 shapes),
+so a repeated shape runs one torch op, the copy, before the launch. ``rows`` and ``start_cols`` are sequences of
+ints, 1-D integer numpy arrays or CPU tensors of ``bs`` entries (numpy arrays and tensors cost one copy; a list
+costs a conversion per element).
+
+Two forms of the new tokens, one packing path each:
+
+- nested (``lengths=None``): ``new_tokens`` one sequence per request (a list/tuple of ints, a 1-D integer numpy
+  array or CPU tensor), ``bs = len(new_tokens)``; the offsets are the cumulative sum of their lengths.
+- flat (``lengths=`` given; a runtime's usual form): ``new_tokens`` every request's tokens in order as one list of
+  ints, 1-D integer numpy array or CPU tensor, converted at once. ``lengths`` an int ``k >= 1``: every request
+  has ``k`` tokens (``1``: a decode step; ``k``: speculative tokens), ``bs = len(new_tokens) // k``, the offsets
+  ``k * arange`` without a cumulative sum; or one count ``>= 0`` per request (list, numpy array or CPU tensor),
+  ``bs = len(lengths)``, which must sum to ``len(new_tokens)``.
 
 The serving pattern: a request's first step writes its prompt from column 0 (``start_cols[r] = 0``); each later
 step writes only its new tokens at the request's current length (the number of tokens written so far), so a
@@ -20,7 +31,10 @@ Errors (nothing is written, and the buffers keep no half-packed step that a laun
 than ``max_requests`` (``errors.INCREMENTAL_TOO_MANY_REQUESTS``), more tokens than ``max_new_tokens``
 (``INCREMENTAL_TOO_MANY_TOKENS``), ``rows`` or ``start_cols`` of another length (``INCREMENTAL_LENGTHS``), an
 entry that is not token ids or a token id no int64 holds (``pack_token_ids``' messages, naming ``new_tokens``);
-then the launcher's own checks (a row outside the pool, a negative first column, ... with ``check_values=True``).
+in the flat form ``lengths`` that is not an int >= 1 nor counts >= 0 (``INCREMENTAL_FLAT_LENGTHS``) or that does
+not cut ``new_tokens`` (``INCREMENTAL_FLAT_COUNT``), flat tokens that are not one 1-D sequence
+(``INCREMENTAL_NOT_INTS``); then the launcher's own checks (a row outside the pool, a negative first column, ...
+with ``check_values=True``).
 
 Reuse hazard: the copy of step ``k`` reads the staging buffer after ``step`` returns, whenever the stream gets to
 it, and the launch of step ``k`` reads the device buffer. An event recorded after the launch marks both done;
@@ -47,11 +61,41 @@ from shared_spec import errors
 _ALIGN = 2
 
 
+_VIEWS_KEPT = 8  # (bs, count) shapes whose device views a writer keeps (module docstring)
+
 _TOKENS_WHERE = errors.INCREMENTAL_WHERE.format(arg="new_tokens")
 
 
 def _rounded(count: int) -> int:
     return -(-count // _ALIGN) * _ALIGN
+
+
+def _as_array(values):
+    """``values`` as a numpy array (a CPU tensor's own memory), or None where numpy cannot take it."""
+    if type(values) is np.ndarray:
+        return values
+    if type(values) is torch.Tensor and values.device.type == "cpu":
+        values = values.numpy()
+    try:
+        return np.asarray(values)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        return None
+
+
+def _int_array(values):
+    """``values`` as a 1-D integer numpy array whose every entry an int64 holds, or None; ``[]`` (numpy infers
+    float64) is the empty int64 array."""
+    array = _as_array(values)
+    if array is None or array.ndim != 1:
+        return None
+    if array.dtype.kind not in "iu":
+        return _EMPTY if array.size == 0 else None
+    if array.dtype == np.uint64 and array.size and array.max() > np.iinfo(np.int64).max:
+        return None
+    return array
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
 
 
 def _capacity(name: str, value) -> int:
@@ -82,6 +126,8 @@ class IncrementalWriter:
         self._staged = self._host.numpy()  # the host buffer as numpy: packing writes through it
         self._event = event if event is not None else (torch.cuda.Event() if pinned else None)
         self._pending = False  # a step's copy or launch may still read the buffers
+        self._arange = np.arange(self.max_requests + 1, dtype=np.int64)  # the offsets of one token per request
+        self._cached_views: dict = {}  # (bs, count) -> the views of one step's copy and launch (``_views``)
 
     def _wait(self) -> None:
         """Block until the previous step's copy and launch have read the buffers."""
@@ -89,9 +135,18 @@ class IncrementalWriter:
             self._event.synchronize()
             self._pending = False
 
-    def step(self, new_tokens, rows, start_cols, *, check_values: bool = False) -> None:
-        """Write ``new_tokens[r]`` into row ``rows[r]`` from column ``start_cols[r]``; see the module docstring."""
-        bs = len(new_tokens)
+    def step(self, new_tokens, rows, start_cols, *, lengths=None, check_values: bool = False) -> None:
+        """Write request ``r``'s new tokens into row ``rows[r]`` from column ``start_cols[r]``; see the module docstring.
+
+        ``lengths=None``: ``new_tokens`` holds one sequence per request. Otherwise ``new_tokens`` is flat, every
+        request's tokens in order, and ``lengths`` cuts it: an int ``k >= 1`` (every request has ``k`` tokens; ``1``
+        is a decode step) or one count per request.
+        """
+        if lengths is None:
+            bs, flat, count = len(new_tokens), None, None
+        else:
+            flat, count = self._flat(new_tokens)
+            bs, lengths = self._requests(count, lengths)
         if bs > self.max_requests:
             raise errors.value_error(errors.INCREMENTAL_TOO_MANY_REQUESTS, bs=bs, limit=self.max_requests)
         for name, values in (("rows", rows), ("start_cols", start_cols)):
@@ -100,49 +155,109 @@ class IncrementalWriter:
         self._wait()
         staged = self._staged
         offsets = staged[self._offsets_at: self._offsets_at + bs + 1]
-        offsets[0] = 0
-        lengths = np.fromiter(map(len, new_tokens), dtype=np.int64, count=bs)
-        np.cumsum(lengths, out=offsets[1:])
-        count = int(offsets[bs])
+        if lengths is None:
+            offsets[0] = 0
+            np.cumsum(np.fromiter(map(len, new_tokens), dtype=np.int64, count=bs), out=offsets[1:])
+            count = int(offsets[bs])
+        elif type(lengths) is int:  # every request the same count: no cumulative sum
+            np.multiply(self._arange[: bs + 1], lengths, out=offsets)
+        else:
+            offsets[0] = 0
+            np.cumsum(lengths, out=offsets[1:])
+            if int(offsets[bs]) != count:
+                raise errors.value_error(errors.INCREMENTAL_FLAT_COUNT, count=count, lengths="[...]",
+                                         expected=f"they sum to {int(offsets[bs])}")
         if count > self.max_new_tokens:
             raise errors.value_error(errors.INCREMENTAL_TOO_MANY_TOKENS, count=count, limit=self.max_new_tokens)
         tokens = staged[self._tokens_at: self._tokens_at + count]
-        self._pack_tokens(new_tokens, tokens)
+        if lengths is None:
+            self._pack_tokens(new_tokens, tokens)
+        elif flat is not None:
+            tokens[:] = flat
+        else:
+            self._refuse_flat(new_tokens, offsets)
         self._pack_ints(staged[self._rows_at: self._rows_at + bs], rows, "rows")
         self._pack_ints(staged[self._start_cols_at: self._start_cols_at + bs], start_cols, "start_cols")
-        used = self._tokens_at + count
-        device = self._device
+        dst, src, flat_in, offsets_in, rows_in, start_cols_in = self._views(bs, count)
         if self._event is None:
-            device[:used].copy_(self._host[:used])
+            dst.copy_(src)
         else:
-            device[:used].copy_(self._host[:used], non_blocking=True)
+            dst.copy_(src, non_blocking=True)
         try:
             launch_scatter_req_token_ids_kernel(
-                flat_in=device[self._tokens_at: used],
-                offsets=device[self._offsets_at: self._offsets_at + bs + 1],
-                req_pool_indices=device[self._rows_at: self._rows_at + bs],
-                pool_out=self.pool_out,
-                start_cols=device[self._start_cols_at: self._start_cols_at + bs],
-                check_values=check_values,
-                backend=self.backend,
+                flat_in=flat_in, offsets=offsets_in, req_pool_indices=rows_in, pool_out=self.pool_out,
+                start_cols=start_cols_in, check_values=check_values, backend=self.backend,
             )
         finally:  # after the copy, raised or not: the next step must wait for it
             if self._event is not None:
                 self._event.record()
                 self._pending = True
 
+    def _views(self, bs: int, count: int) -> tuple:
+        """The copy's destination and source and the launch's four inputs for ``bs`` requests and ``count`` tokens:
+        views of the two buffers, made once per ``(bs, count)`` (a decode loop repeats one) and kept for the last
+        ``_VIEWS_KEPT`` of them, since slicing a tensor costs about a microsecond of host time each."""
+        key = (bs, count)
+        views = self._cached_views.get(key)
+        if views is None:
+            if len(self._cached_views) >= _VIEWS_KEPT:
+                del self._cached_views[next(iter(self._cached_views))]  # the oldest
+            used, device = self._tokens_at + count, self._device
+            views = self._cached_views[key] = (
+                device[:used], self._host[:used], device[self._tokens_at: used],
+                device[self._offsets_at: self._offsets_at + bs + 1], device[self._rows_at: self._rows_at + bs],
+                device[self._start_cols_at: self._start_cols_at + bs])
+        return views
+
+    @staticmethod
+    def _flat(new_tokens) -> tuple:
+        """The flat form's tokens as ``(array, count)``; ``array`` None where they are not one 1-D int64 sequence
+        (``_refuse_flat`` then names the first bad entry, once the lengths cut them)."""
+        flat = _int_array(new_tokens)
+        if flat is not None:
+            return flat, flat.shape[0]
+        try:
+            return None, len(new_tokens)
+        except TypeError:
+            raise errors.type_error(errors.INCREMENTAL_NOT_INTS, arg="new_tokens", what=type(new_tokens).__name__) from None
+
+    @staticmethod
+    def _requests(count: int, lengths) -> tuple:
+        """The flat form's ``(bs, lengths)``: ``lengths`` an int ``k`` or a checked 1-D int array of counts."""
+        if type(lengths) is not bool and isinstance(lengths, (int, np.integer)):
+            if lengths < 1:
+                raise errors.value_error(errors.INCREMENTAL_FLAT_LENGTHS, what=repr(lengths))
+            if count % lengths:
+                raise errors.value_error(errors.INCREMENTAL_FLAT_COUNT, count=count, lengths=int(lengths),
+                                         expected=f"not a multiple of {int(lengths)}")
+            return count // int(lengths), int(lengths)
+        array = _int_array(lengths)
+        if array is None or array.size and array.min() < 0:
+            what = type(lengths).__name__ if array is None else "a negative count"
+            raise errors.value_error(errors.INCREMENTAL_FLAT_LENGTHS, what=what)
+        return array.shape[0], array
+
+    @staticmethod
+    def _refuse_flat(new_tokens, offsets: np.ndarray) -> None:
+        """Flat tokens that are not one 1-D int64 sequence: ``pack_token_ids``' error for the first request whose
+        tokens are not token ids, else ``INCREMENTAL_NOT_INTS``."""
+        array = _as_array(new_tokens)
+        if array is None or array.ndim == 1:  # one sequence: its first request that is not token ids
+            try:
+                segments = [new_tokens[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+            except (TypeError, IndexError, ValueError):
+                segments = []
+            for index, ids in enumerate(segments):
+                _as_ids(index, ids, _TOKENS_WHERE)
+        what = type(new_tokens).__name__ if array is None else f"shape {array.shape} and dtype {array.dtype.name}"
+        raise errors.type_error(errors.INCREMENTAL_NOT_INTS, arg="new_tokens", what=what)
+
     @staticmethod
     def _pack_ints(out: np.ndarray, values, name: str) -> None:
         """``values`` (ints, an integer array or CPU tensor) into ``out``; ``INCREMENTAL_NOT_INTS`` for anything else."""
-        array = values.numpy() if type(values) is torch.Tensor and values.device.type == "cpu" else values
-        try:
-            array = np.asarray(array)
-        except (TypeError, ValueError, RuntimeError):
-            array = None
-        if array is not None and array.size == 0 and array.ndim == 1:
-            return  # [] infers float64; there is nothing to pack
-        if (array is None or array.ndim != 1 or array.dtype.kind not in "iu"
-                or (array.dtype == np.uint64 and array.size and array.max() > np.iinfo(np.int64).max)):
+        array = _int_array(values)
+        if array is None:
+            array = _as_array(values)
             what = type(values).__name__ if array is None else f"shape {array.shape} and dtype {array.dtype.name}"
             raise errors.type_error(errors.INCREMENTAL_NOT_INTS, arg=name, what=what)
         out[:] = array

@@ -209,6 +209,15 @@ INCREMENTAL_LENGTHS = (
 INCREMENTAL_NOT_INTS = (
     "kv-canary: IncrementalWriter.step {arg} must be a 1-D sequence of int64 integers, got {what}"
 )
+# IncrementalWriter.step(..., lengths=...): the flat form's per-request counts, and flat tokens they do not cut.
+INCREMENTAL_FLAT_LENGTHS = (
+    "kv-canary: IncrementalWriter.step lengths must be an int >= 1 (the tokens of every request) or a 1-D sequence of "
+    "ints >= 0 (one per request), got {what}"
+)
+INCREMENTAL_FLAT_COUNT = (
+    "kv-canary: IncrementalWriter.step new_tokens has {count} tokens, which lengths={lengths} does not cut into "
+    "requests ({expected})"
+)
 INCREMENTAL_CAPACITY = (
     "kv-canary: IncrementalWriter {arg} must be an int >= 0, got {value!r}"
 )

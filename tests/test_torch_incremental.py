@@ -5,11 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from kv_canary_torch import IncrementalWriter
 from shared_spec import errors, scatter_reference
 from tests.contract import assert_same_pool
-from tests.strategies import sentinel_pool
+from tests.profiles import property_settings
+from tests.strategies import INT64_MAX, INT64_MIN, sentinel_pool
 
 
 def _reference_step(pool, new_tokens, rows, start_cols):
@@ -188,3 +192,153 @@ def test_steps_on_the_gpu_allocate_nothing():
     torch.cuda.synchronize()
     assert torch.cuda.memory_stats()["allocation.all.allocated"] == allocated
     assert_same_pool(pool.cpu().numpy(), expected)
+
+
+# -- the flat form: step(tokens, rows, start_cols, lengths=...) --------------------------------------------------------
+
+
+def _as_form(values, form):
+    return list(map(int, values)) if form == "list" else np.asarray(values, np.int64) if form == "numpy" else torch.tensor(list(map(int, values)), dtype=torch.int64)
+
+
+@st.composite
+def flat_steps(draw):
+    """A pool, then ``(tokens, rows, start_cols, lengths, nested)``: a step in the flat form and its nested twin."""
+    n_rows, width = draw(st.integers(1, 6)), draw(st.integers(1, 12))
+    bs = draw(st.integers(0, n_rows))
+    rows = draw(st.permutations(range(n_rows)))[:bs]
+    each = draw(st.one_of(st.none(), st.integers(1, 3)))  # None: a count per request
+    counts = [each] * bs if each is not None else draw(st.lists(st.integers(0, 4), min_size=bs, max_size=bs))
+    nested = [draw(st.lists(st.integers(INT64_MIN, INT64_MAX), min_size=c, max_size=c)) for c in counts]
+    firsts = draw(st.lists(st.integers(0, width + 2), min_size=bs, max_size=bs))
+    forms = draw(st.tuples(*[st.sampled_from(["list", "numpy", "tensor"])] * 4))
+    tokens = _as_form([t for ids in nested for t in ids], forms[0])
+    lengths = each if each is not None else _as_form(counts, forms[3])
+    return (sentinel_pool(n_rows, width, seed=draw(st.integers(0, 99))),
+            (tokens, _as_form(rows, forms[1]), _as_form(firsts, forms[2]), lengths), (nested, rows, firsts))
+
+
+@property_settings(60)
+@given(flat_steps())
+def test_the_flat_form_writes_what_the_reference_and_the_nested_form_write(case):
+    pool_np, (tokens, rows, firsts, lengths), nested = case
+    flat_pool, nested_pool = torch.from_numpy(pool_np.copy()), torch.from_numpy(pool_np.copy())
+    IncrementalWriter(flat_pool, 6, 24, backend="torch").step(tokens, rows, firsts, lengths=lengths)
+    IncrementalWriter(nested_pool, 6, 24, backend="torch").step(*nested)
+    assert_same_pool(flat_pool.numpy(), _reference_step(pool_np, *nested))
+    assert torch.equal(flat_pool, nested_pool)
+
+
+def test_a_decode_loop_in_the_flat_form_matches_the_reference():
+    rng = np.random.default_rng(10)
+    pool = torch.from_numpy(sentinel_pool(5, 30, seed=10))
+    expected = pool.numpy().copy()
+    writer = IncrementalWriter(pool, max_requests=5, max_new_tokens=5, backend="torch")
+    rows, lengths = np.array([4, 0, 2], np.int64), np.zeros(3, np.int64)
+    for _ in range(20):
+        new = rng.integers(0, 2**40, size=3).tolist()  # the sampler's output: one int per request
+        writer.step(new, rows, lengths, lengths=1)
+        expected = _reference_step(expected, [[t] for t in new], rows, lengths)
+        lengths = lengths + 1
+    assert_same_pool(pool.numpy(), expected)
+
+
+class _Ops(TorchDispatchMode):
+    """Every torch op run inside it, by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("form", ["flat", "nested"])
+def test_a_repeated_step_runs_one_torch_op_the_copy_and_makes_no_tensor(monkeypatch, form):
+    # Without the kept views, each step slices six tensors (aten.slice) before its copy.
+    from kv_canary_torch import incremental
+
+    pool = torch.from_numpy(sentinel_pool(4, 10, seed=11))
+    writer = IncrementalWriter(pool, max_requests=3, max_new_tokens=8, backend="torch")
+    calls = []
+    monkeypatch.setattr(incremental, "launch_scatter_req_token_ids_kernel", lambda **kw: calls.append(kw))
+
+    def step(k):
+        if form == "flat":
+            writer.step([k, k + 1, k + 2], np.array([0, 1, 3]), np.array([k, k, k]), lengths=1)
+        else:
+            writer.step([[k], [k + 1], [k + 2]], [0, 1, 3], [k, k, k])
+
+    step(1)
+    ops = _Ops()
+    with ops:
+        step(2)
+    assert ops.names == ["aten.copy_.default"]
+    first, second = calls
+    assert all(first[name] is second[name] for name in ("flat_in", "offsets", "req_pool_indices", "start_cols"))
+    assert second["flat_in"].tolist() == [2, 3, 4] and second["offsets"].tolist() == [0, 1, 2, 3]
+
+
+def test_the_kept_views_are_bounded_and_stay_views_of_the_device_buffer():
+    from kv_canary_torch.incremental import _VIEWS_KEPT
+
+    pool = torch.from_numpy(sentinel_pool(4, 40, seed=12))
+    writer = IncrementalWriter(pool, max_requests=4, max_new_tokens=32, backend="torch")
+    for count in range(1, 3 * _VIEWS_KEPT):
+        writer.step(list(range(count)), [1], [0], lengths=count)
+        assert len(writer._cached_views) <= _VIEWS_KEPT
+    storage = writer._device.untyped_storage().data_ptr()
+    assert all(v.untyped_storage().data_ptr() == storage for views in writer._cached_views.values() for v in views[2:])
+    assert pool[1, :23].tolist() == list(range(23))
+
+
+_WHERE = "IncrementalWriter.step new_tokens"
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda w: w.step([1, 2, 3], [0, 1, 2], [0, 0, 0], lengths=1), errors.KvCanaryValueError,
+         errors.INCREMENTAL_TOO_MANY_REQUESTS.format(bs=3, limit=2)),
+        (lambda w: w.step([1, 2, 3, 4, 5], [0, 1], [0, 0], lengths=[3, 2]), errors.KvCanaryValueError,
+         errors.INCREMENTAL_TOO_MANY_TOKENS.format(count=5, limit=4)),
+        (lambda w: w.step([1, 2], [0], [0, 1], lengths=1), errors.KvCanaryValueError,
+         errors.INCREMENTAL_LENGTHS.format(arg="rows", length=1, bs=2)),
+        (lambda w: w.step([1, 2, 3], [0], [0], lengths=2), errors.KvCanaryValueError,
+         errors.INCREMENTAL_FLAT_COUNT.format(count=3, lengths=2, expected="not a multiple of 2")),
+        (lambda w: w.step([1, 2, 3], [0, 1], [0, 0], lengths=np.array([1, 1])), errors.KvCanaryValueError,
+         errors.INCREMENTAL_FLAT_COUNT.format(count=3, lengths="[...]", expected="they sum to 2")),
+        (lambda w: w.step([1], [0], [0], lengths=0), errors.KvCanaryValueError,
+         errors.INCREMENTAL_FLAT_LENGTHS.format(what="0")),
+        (lambda w: w.step([1], [0, 1], [0, 0], lengths=[2, -1]), errors.KvCanaryValueError,
+         errors.INCREMENTAL_FLAT_LENGTHS.format(what="a negative count")),
+        (lambda w: w.step([1], [0], [0], lengths=[1.0]), errors.KvCanaryValueError,
+         errors.INCREMENTAL_FLAT_LENGTHS.format(what="list")),
+        (lambda w: w.step([1, 2.5], [0, 1], [0, 0], lengths=1), errors.KvCanaryTypeError,
+         errors.PACK_NOT_TOKEN_IDS.format(where=_WHERE, index=1, what="list of shape (1,) and dtype float64")),
+        (lambda w: w.step([1, 2, 2**63], [0, 1], [0, 0], lengths=[1, 2]), errors.KvCanaryValueError,
+         errors.PACK_OUT_OF_RANGE.format(where=_WHERE, index=1, position=1, value=2**63, low=-(2**63), high=2**63 - 1)),
+        (lambda w: w.step(np.zeros((2, 1), np.int64), [0, 1], [0, 0], lengths=1), errors.KvCanaryTypeError,
+         errors.INCREMENTAL_NOT_INTS.format(arg="new_tokens", what="shape (2, 1) and dtype int64")),
+        (lambda w: w.step(7, [0], [0], lengths=1), errors.KvCanaryTypeError,
+         errors.INCREMENTAL_NOT_INTS.format(arg="new_tokens", what="int")),
+        (lambda w: w.step([1], [0], [0.5], lengths=1), errors.KvCanaryTypeError,
+         errors.INCREMENTAL_NOT_INTS.format(arg="start_cols", what="shape (1,) and dtype float64")),
+        (lambda w: w.step([1], [0], [-1], lengths=1, check_values=True), errors.KvCanaryValueError,
+         errors.START_COLS_NEGATIVE.format(i=0, value=-1)),
+    ],
+    ids=["requests", "tokens", "rows-length", "indivisible", "sum", "zero-each", "negative-count", "float-lengths",
+         "float-token", "int64-range", "two-dimensional", "not-a-sequence", "float-first-column", "negative-first-column"],
+)
+def test_bad_flat_steps_get_the_spec_errors_and_write_nothing(call, error, message):
+    pool = torch.from_numpy(sentinel_pool(3, 6, seed=13))
+    before = pool.clone()
+    writer = IncrementalWriter(pool, max_requests=2, max_new_tokens=4, backend="torch")
+    with pytest.raises(error) as raised:
+        call(writer)
+    assert str(raised.value) == message
+    assert torch.equal(pool, before)
+    writer.step([9], [2], [1], lengths=1)  # the writer still serves
+    assert pool[2, 1].item() == 9
