@@ -498,17 +498,17 @@ def require_gpu(args) -> None:
 
 
 def plot(args) -> int:
-    try:
-        from kv_canary import plot as plot_module
-    except ImportError as error:  # the plot extra is not installed: its hint
-        raise NothingRan(str(error)) from None
     import pathlib
 
-    try:
+    try:  # the argument first: a wrong file is a usage error on every machine, matplotlib or not
         saved = json.loads(pathlib.Path(args.bench_json).read_text())
         saved["meta"], saved["rows"]
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise UsageError(f"{args.bench_json} is not the JSON of kv-canary bench --json ({error})") from None
+    try:
+        from kv_canary import plot as plot_module
+    except ImportError as error:  # the plot extra is not installed: its hint
+        raise NothingRan(str(error)) from None
     written = [str(path) for path in plot_module.write(saved, pathlib.Path(args.out))]
     if not written:
         raise NothingRan(f"{args.bench_json} has no figures to draw")
