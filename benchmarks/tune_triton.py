@@ -13,7 +13,7 @@ excess over the empty kernel. It shows how far "at most 1 us above an empty
 kernel" is from what a kernel must do at all.
 
 Copy floor (``--copy-floor``, instead of the rest): for the cases of at least
-1M tokens, the issue 15 target (``TARGET_RATIO`` times the baseline) beside
+1M tokens, the device-time target (``TARGET_RATIO`` times the baseline) beside
 copies of the same bytes with and without a dependent read of the offsets
 first (``copy_kernel``): where the target is below the dependent copy, no
 kernel that reads a request's bounds before its tokens meets it.
@@ -51,7 +51,7 @@ N)``; all but ``library`` need ``flat_in`` and the pool's rows contiguous):
 - ``tiled``: the same tiles, one program each (grid axis 1 = tile), no loop:
   the library's ``scatter_req_token_ids_tiled_kernel``, which the launcher
   runs for contiguous large batches since this sweep (2026-11-30), and only
-  for windows of ``TILED_MIN_TILES`` tiles or more since the eighth session's
+  for windows of ``TILED_MIN_TILES`` tiles or more since 2026-11-30's
   chained sweep (``--timer chained``).
 - ``srcaligned``: lanes loop over tiles aligned to BLOCK in ``flat_in``'s
   offsets; interior loads unmasked (16-byte int64 pairs), stores unaligned.
@@ -103,7 +103,7 @@ SWITCH_COLUMNS = 2048
 INTERPRETED_TUNE: tl.constexpr = tl.constexpr(k.INTERPRETED)
 # copy_kernel's tile: 1024 tokens over 4 warps, 16-byte accesses both ways.
 COPY_BLOCK, COPY_WARPS = 1024, 4
-# The device-time target of issue 15 at 1M tokens and more: this times the same-run baseline.
+# The device-time target at 1M tokens and more: this times the same-run baseline.
 TARGET_RATIO = 0.90
 
 
@@ -265,7 +265,7 @@ def flat_kernel(flat_in_ptr, offsets_ptr, rows_ptr, pool_ptr, n_tokens, n_rows, 
 
     The design that could go below the copy floor of a kernel that reads a
     request's bounds before its tokens (``--copy-floor``). Measured on the H200
-    (seventh session, ``docs/performance-notes.md``): no faster than the tiled
+    (2026-11-30, ``docs/performance-notes.md``): no faster than the tiled
     kernel where ``bs <= 256``, and slower the larger ``bs``, as every program
     reads all the offsets; not taken.
     """
@@ -480,8 +480,8 @@ def bench_us(fn) -> float:
     Replayed, so that every run costs the host the same few microseconds: the
     configs are launched from Python (``kernel[grid]``, tens of microseconds on
     the host with Triton 3.6), and launched directly their figures were
-    host-bound up to 2M tokens (16-25 us where the baseline read 5-13, ninth
-    session) instead of measuring their kernels.
+    host-bound up to 2M tokens (16-25 us where the baseline read 5-13,
+    2026-12-01) instead of measuring their kernels.
     """
     fn()  # nothing compiles during capture
     torch.cuda.synchronize()

@@ -177,7 +177,7 @@ class KernelRuns:
 
     ``next_pool(k)`` moves both to round ``k``'s pool (``rounds`` pools, all held, so each lies elsewhere in
     memory): with the L2 flushed, where one output buffer lay moved one kernel's time by up to 8% on the H200
-    (tenth session), so that one placement would favour whichever kernel it happens to suit.
+    (2026-12-01), so that one placement would favour whichever kernel it happens to suit.
     """
 
     def __init__(self, torch, inputs, rounds: int = ROUNDS):
@@ -243,7 +243,7 @@ def chained_us(torch, runs: dict, replays: int = CHAINED_REPLAYS) -> dict:
     later each turn (a round of ``interleaved_samples`` per turn); one untimed turn first, then ``replays``; a graph's figure is the median of its replays. No
     flush and no host work between the calls: what a captured serving step sees, the inputs warm in L2 where they
     fit. In turns, so that the state of the machine hits the runs alike: timed one run after the other, at
-    kernels of 1-2 us the same run's figure read 0.7 in one run and 1.4 in the next (H200, eleventh session).
+    kernels of 1-2 us the same run's figure read 0.7 in one run and 1.4 in the next (H200, 2026-12-01).
     """
     for fn in runs.values():
         fn()
@@ -412,7 +412,7 @@ def flushed_us(torch, runs: dict, rounds: int = ROUNDS, before_round=None, calls
 
     Each turn calls every run once, starting one run later than the turn before (a round of ``interleaved_samples``
     per turn); each round opens with ``warmup`` untimed turns, and ``before_round(k)``, where given, runs before
-    round ``k``. Turns, not a ``do_bench`` run of each: on the H200 (eleventh session, three runs of ROUNDS interleaved ``do_bench`` rounds at each of 9 cases) the
+    round ``k``. Turns, not a ``do_bench`` run of each: on the H200 (2026-12-01, three runs of ROUNDS interleaved ``do_bench`` rounds at each of 9 cases) the
     difference between the Triton kernel's figure and the baseline's at one case moved by up to 1.1 us from run to
     run, more than the bars it is held to, while over calls taken in turns it moved by 0.1 us or less at 7 of the 9.
     """

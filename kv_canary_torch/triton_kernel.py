@@ -354,7 +354,7 @@ def scatter_req_token_ids_tiled_kernel(
     ``[0, BLOCK]``. Measured on the H200 (benchmarks/tune_triton.py, 2026-11-30):
     0.87-1.01x the per-request-tile baseline at 1M tokens and more, where the
     strided kernel read 1.00-1.13x in the same run; the vector stores of edge
-    tiles (sixth session) took 0.95x the time of masked scalar ones at 4096 x
+    tiles (2026-11-30) took 0.95x the time of masked scalar ones at 4096 x
     512 and 0.98x at 1024 x 2048 (medians of five runs), the same elsewhere.
     """
     request = tl.program_id(0).to(tl.int64)

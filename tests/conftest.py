@@ -58,7 +58,7 @@ if not cuda_available():
 import tests.profiles  # noqa: E402,F401  (registers and loads the Hypothesis profile)
 
 # JAX's persistent compilation cache: every program the tests compile is kept
-# on disk, so the next run of the suite on this machine (a GPU session runs
+# on disk, so the next run of the suite on this machine (a GPU run runs
 # it several times) loads instead of compiling. Keys cover the program, the
 # XLA flags and the versions, so a stale entry is never used. Costs about 5%
 # on an empty cache, and grows by about 8 MB a CPU run (Hypothesis draws new

@@ -81,20 +81,20 @@ SMALL = (256, 4, 4096, False)
 LARGE = (1024, 4, 4096, False)
 # The lanes kernel's ONE (each lane one tile, no loop), with the row loaded after the lane's test: chained in CUDA
 # graphs 0.94-1.03x the baseline where the loop with the row first took 0.97-1.06x, flushed 0.95-0.99x where it took
-# 0.95-1.02x (tune_triton.py-style sweeps on the H200, eleventh session, two runs of 5 interleaved rounds, at the 8
+# 0.95-1.02x (tune_triton.py-style sweeps on the H200, 2026-12-01, two runs of 5 interleaved rounds, at the 8
 # batches of 128K-2M tokens on this kernel and two skewed workloads). Each change alone bought less (the late row
 # 0.96-1.04x chained, ONE 0.95-1.05x), and a per-program branch between one tile and the loop, in place of ONE,
-# 0.96-1.02x: docs/performance-notes.md, "Eleventh session".
+# 0.96-1.02x: docs/performance-notes.md, "The lanes kernel".
 # The tiled kernel runs LARGE's 1024-cell tiles over 2 warps (16 tokens a
 # thread, twice the loads in flight per thread). tune_triton.py, one H200, 5
-# interleaved rounds (third session), ratio to the baseline at the 8 cases of
+# interleaved rounds (2026-11-30), ratio to the baseline at the 8 cases of
 # 1M tokens or more, 2 warps / 4 warps: worst 0.98 / 1.06, mean 0.93 / 0.96;
 # 2 warps faster at 6 of the 8 cases.
 TILED_WARPS = 2
 # The tiled kernel only where a window may span this many tiles or more. On
 # shorter windows (sglang's 513- and 2049-column rows) the lanes kernel matched
 # it with the L2 flushed before each call and beat it chained in a CUDA graph,
-# inputs warm: tune_triton.py on one H200 (eighth session), ratio to the
+# inputs warm: tune_triton.py on one H200 (2026-11-30), ratio to the
 # same-run baseline, tiled / lanes, medians of three flushed runs, then chained:
 # 4096 x 512 0.96 / 0.98, 1.34 / 1.14; 1024 x 2048 1.00 / 1.00, 1.11 / 1.03;
 # 256 x 2048 0.98 / 0.90, 1.21 / 1.06; 64 x 2048 1.01 / 0.96, 1.04 / 0.99.
@@ -105,7 +105,7 @@ TILED_WARPS = 2
 # 1.04, chained 1.15 / 1.03; 256 x 32768 0.94, 0.96 / 1.02, 1.02, chained 0.96 / 1.04.
 TILED_MIN_TILES = 4
 # The tiled kernel only for full batches: N at least this percent of bs * min(C, N)
-# (the host knows N, bs and C without a sync). Measured on the H200 (ninth session,
+# (the host knows N, bs and C without a sync). Measured on the H200 (2026-12-01,
 # tune_triton.py, ratio to the same-run baseline chained in CUDA graphs, tiled / lanes):
 # ragged 256 x 8192 (fill 0.52) 1.12 / 1.03, ragged 64 x 32768 (0.51) 1.17 / 1.05; full
 # 256 x 32768 0.96 / 1.04, 256 x 8192 1.01 / 1.01. Every batch this sends to the lanes
@@ -115,7 +115,7 @@ TILED_FILL = 75
 # The tiled kernel only from this many tokens (12 bytes each: 48 MB, about the H200's 50 MB L2). Below it, run back
 # to back in a CUDA graph the batch stays in L2 from call to call and the tiled kernel's extra edge tile per request
 # costs more than its 16-byte stores save; with the L2 flushed the two kernels were within 0.03 of each other there.
-# benchmarks/tune_triton.py on the H200 (tenth session, 5 interleaved rounds, flushed figures replayed from CUDA
+# benchmarks/tune_triton.py on the H200 (2026-12-01, 5 interleaved rounds, flushed figures replayed from CUDA
 # graphs), ratio to the same-run baseline chained, tiled / lanes: 64 x 8192 1.08 / 0.99, 128 x 4096 1.10 / 0.99,
 # 128 x 8192 1.06 / 0.97, 32 x 32768 1.12 / 0.97, 64 x 16384 1.01 / 0.97, 192 x 8192 0.99 / 0.96, 512 x 4096
 # 1.08 / 1.01, 256 x 8192 0.99 / 1.01 (the one case below it where tiled led); from it, 1024 x 4096 0.97 / 1.05,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call: GPU tests, the memory checker, the conformance matrix, then timings. Logs land in $OUT.
-#   bash benchmarks/gpu_session.sh [all|final|gpu|tests|memcheck|check|tune|bench|mosaic|kernels|host|hostcost|step|cold] [limit seconds]
+#   bash benchmarks/gpu_run.sh [all|final|gpu|tests|memcheck|check|tune|bench|mosaic|kernels|host|hostcost|step|cold] [limit seconds]
 # `all` runs gpu (the GPU tests), memcheck, check and mosaic in that order (about 5 minutes on one H200);
 # `final` runs gpu, memcheck, check, bench and kernels (about 8 minutes: what a closing note quotes);
 # `tests` is the whole suite, CPU tests included.
