@@ -133,6 +133,11 @@ def test_a_refused_step_still_leaves_its_copy_waited_for():
     ids=["requests", "tokens", "lengths", "float-tokens", "int64-range", "float-first-column", "negative-first-column"],
 )
 def test_bad_steps_get_the_spec_errors_and_write_nothing(call, error, message):
+    assert_refused_and_still_serving(call, error, message)
+
+
+def assert_refused_and_still_serving(call, error, message):
+    """``call(writer)`` raises exactly ``error(message)``, writes nothing, and the writer serves the next step."""
     pool = torch.from_numpy(sentinel_pool(3, 6, seed=5))
     before = pool.clone()
     writer = IncrementalWriter(pool, max_requests=2, max_new_tokens=4, backend="torch")
@@ -140,6 +145,8 @@ def test_bad_steps_get_the_spec_errors_and_write_nothing(call, error, message):
         call(writer)
     assert str(raised.value) == message
     assert torch.equal(pool, before)
+    writer.step([9], [2], [1], lengths=1)
+    assert pool[2, 1].item() == 9
 
 
 def test_capacities_must_be_non_negative_ints():
@@ -333,12 +340,4 @@ _WHERE = "IncrementalWriter.step new_tokens"
          "float-token", "int64-range", "two-dimensional", "not-a-sequence", "float-first-column", "negative-first-column"],
 )
 def test_bad_flat_steps_get_the_spec_errors_and_write_nothing(call, error, message):
-    pool = torch.from_numpy(sentinel_pool(3, 6, seed=13))
-    before = pool.clone()
-    writer = IncrementalWriter(pool, max_requests=2, max_new_tokens=4, backend="torch")
-    with pytest.raises(error) as raised:
-        call(writer)
-    assert str(raised.value) == message
-    assert torch.equal(pool, before)
-    writer.step([9], [2], [1], lengths=1)  # the writer still serves
-    assert pool[2, 1].item() == 9
+    assert_refused_and_still_serving(call, error, message)
