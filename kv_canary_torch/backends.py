@@ -42,6 +42,7 @@ import importlib.util
 
 import torch
 
+from kv_canary_torch.traced import assume_constant_result
 from shared_spec import errors
 
 BACKENDS: tuple[str, ...] = ("auto", "triton", "torch", "pallas")
@@ -54,7 +55,7 @@ _HAVE_JAX = importlib.util.find_spec("jax") is not None
 _resolved: dict[tuple[str, str], tuple[str | None, str | None]] = {}
 
 
-@torch.compiler.assume_constant_result
+@assume_constant_result
 def _triton_reason(device_type: str) -> str | None:
     """Why Triton cannot run on tensors of ``device_type`` here (None: it can)."""
     if not _HAVE_TRITON:
@@ -68,7 +69,7 @@ def _triton_reason(device_type: str) -> str | None:
     return errors.TRITON_NEEDS_CUDA
 
 
-@torch.compiler.assume_constant_result
+@assume_constant_result
 def _pallas_reason(device_type: str) -> str | None:
     """Why no JAX Pallas kernel can run on tensors of ``device_type`` here (None: one can)."""
     if not _HAVE_JAX:

@@ -55,6 +55,7 @@ import torch
 
 from kv_canary_arrays import adopt
 from kv_canary_arrays.describe import TORCH, describe, torch_backed, torch_lazy_bit, torch_writable
+from kv_canary_torch.traced import assume_constant_result
 from shared_spec.arguments import ARGUMENT_NAMES, OUTPUT, START_COLS
 from shared_spec.checks import NO_MEMORY, Dialect, compile_fast_check, first_error, storage_problem_error
 
@@ -90,7 +91,7 @@ COMPILED_DIALECT = dataclasses.replace(
 )
 
 
-@torch.compiler.assume_constant_result
+@assume_constant_result
 def is_inference(tensor: torch.Tensor) -> bool:
     """``tensor.is_inference()``, which Dynamo refuses to trace: to Dynamo a constant, read from the real tensor.
 

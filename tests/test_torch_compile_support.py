@@ -222,3 +222,28 @@ def test_without_fullgraph_foreign_arguments_run_eagerly_with_the_specs_answers(
         compiled(convert(FLAT_IN.astype(np.int32)), *_inputs()[1:], wrong)
     assert str(raised.value) == errors.WRONG_DTYPE.format(arg="flat_in", dtype="int64", got="int32")
     np.testing.assert_array_equal(wrong.numpy(), _pool())
+
+
+def test_the_constant_marker_is_the_one_torchs_decorator_sets():
+    """kv_canary_torch.traced marks functions as torch.compiler.assume_constant_result does, without importing Dynamo."""
+    from kv_canary_torch import traced
+
+    def ours():
+        return 0
+
+    def theirs():
+        return 0
+
+    traced.assume_constant_result(ours)
+    torch.compiler.assume_constant_result(theirs)
+    assert vars(ours) == vars(theirs) == {traced.MARKER: True}
+
+
+def test_importing_the_frontend_imports_no_dynamo():
+    """A serving worker that never compiles pays no TorchDynamo import (about a second on the CPU machine)."""
+    import subprocess
+    import sys
+
+    program = "import sys, kv_canary_torch; print('torch._dynamo' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.split() == ["False"], done.stderr[-2000:]
