@@ -92,10 +92,11 @@ def _resolve_uncached(backend: str, device_type: str) -> tuple[str | None, str |
 
 
 def _transformed(tensors) -> bool:
-    """Whether one of ``tensors`` is wrapped by a ``torch.func`` transform (one C++ call when none is active)."""
+    """Whether one of ``tensors`` (None: an argument not given, such as ``start_cols``) is wrapped by a
+    ``torch.func`` transform (one C++ call when none is active)."""
     if not torch._C._are_functorch_transforms_active():
         return False
-    return any(torch._C._functorch.is_functorch_wrapped_tensor(t) for t in tensors)
+    return any(t is not None and torch._C._functorch.is_functorch_wrapped_tensor(t) for t in tensors)
 
 
 def resolve(backend, pool_out: torch.Tensor, *inputs: torch.Tensor) -> str:

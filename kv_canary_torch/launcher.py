@@ -95,10 +95,7 @@ def launch_scatter_req_token_ids_kernel(
         flat_in, offsets, req_pool_indices, pool_out, start_cols = adopt_arguments(
             flat_in, offsets, req_pool_indices, pool_out, start_cols
         )
-    if start_cols is None:
-        implementation = _resolve(backend, pool_out, flat_in, offsets, req_pool_indices)
-    else:
-        implementation = _resolve(backend, pool_out, flat_in, offsets, req_pool_indices, start_cols)
+    implementation = _resolve(backend, pool_out, flat_in, offsets, req_pool_indices, start_cols)
     if check_values is not False and check_values is not True:  # two identity tests on the hot path
         check_values = require_bool("check_values", check_values)
     _run(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation, start_cols)
@@ -125,9 +122,8 @@ def _compiled(flat_in, offsets, req_pool_indices, pool_out, start_cols, check_va
     if is_inference(pool_out):
         torch.ops.kv_canary.require_inference_mode(pool_out)
         after = pool_out
-    inputs = (flat_in, offsets, req_pool_indices) if start_cols is None else (flat_in, offsets, req_pool_indices, start_cols)
     try:
-        implementation = _resolve(backend, pool_out, *inputs)
+        implementation = _resolve(backend, pool_out, flat_in, offsets, req_pool_indices, start_cols)
         check_values = require_bool("check_values", check_values)
     except (errors.KvCanaryTypeError, errors.KvCanaryValueError) as error:  # the spec's backend and flag errors
         op.record_error(error, after)
