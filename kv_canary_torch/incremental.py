@@ -2,16 +2,17 @@
 
 Contract: ``IncrementalWriter(pool_out, max_requests, max_new_tokens, *, backend="auto")`` reserves, once, one
 int64 staging buffer on the host (page-locked when ``pool_out`` is a CUDA tensor) and one int64 buffer on
-``pool_out``'s device, each holding the launch's four inputs for up to ``max_requests`` requests and
-``max_new_tokens`` tokens. ``step(new_tokens, rows, start_cols)`` then, for request ``r`` of this step, writes
+``pool_out``'s device, each a ring of ``_SLOTS`` (8) slots (one slot off CUDA), each slot holding the launch's four
+inputs for up to ``max_requests`` requests and ``max_new_tokens`` tokens (``8 * (3 * max_requests + max_new_tokens)``
+int64 in each buffer). ``step(new_tokens, rows, start_cols)`` then, for request ``r`` of this step, writes
 ``new_tokens[r]`` into row ``rows[r]`` of ``pool_out`` from column ``start_cols[r]`` (the launcher's windowed
 write, ``shared_spec.reference``): it packs the flat tokens, the offsets (a cumulative sum of the lengths), the
-rows and the first columns into the staging buffer, copies the used part of it to the device buffer in one
-``non_blocking`` copy on the current stream, and launches once on views of the device buffer. No tensor is
-allocated per step: the device views of a step's ``(bs, count)`` are made once and kept (the last 8 shapes),
-so a repeated shape runs one torch op, the copy, before the launch. ``rows`` and ``start_cols`` are sequences of
-ints, 1-D integer numpy arrays or CPU tensors of ``bs`` entries (numpy arrays and tensors cost one copy; a list
-costs a conversion per element).
+rows and the first columns into the next staging slot, copies the used part of it to the same slot of the device
+buffer in one ``non_blocking`` copy on the current stream, and launches once on views of the device slot. No tensor
+is allocated per step: the device views of a slot's ``(bs, count)`` are made once and kept (the last 8 shapes per
+slot), so a repeated shape runs one torch op, the copy, before the launch. ``rows`` and ``start_cols`` are
+sequences of ints, 1-D integer numpy arrays or CPU tensors of ``bs`` entries (numpy arrays and tensors cost one
+copy; a list costs a conversion per element).
 
 Two forms of the new tokens, one packing path each:
 
@@ -29,24 +30,33 @@ step copies and writes its new tokens alone, never the whole context.
 
 Errors (nothing is written, and the buffers keep no half-packed step that a launch could read): more requests
 than ``max_requests`` (``errors.INCREMENTAL_TOO_MANY_REQUESTS``), more tokens than ``max_new_tokens``
-(``INCREMENTAL_TOO_MANY_TOKENS``), ``rows`` or ``start_cols`` of another length (``INCREMENTAL_LENGTHS``), an
+(``INCREMENTAL_TOO_MANY_TOKENS``), ``rows`` or ``start_cols`` that are not one 1-D integer sequence (``INCREMENTAL_NOT_INTS``) or of another length
+(``INCREMENTAL_LENGTHS``), an
 entry that is not token ids or a token id no int64 holds (``pack_token_ids``' messages, naming ``new_tokens``);
 in the flat form ``lengths`` that is not an int >= 1 nor counts >= 0 (``INCREMENTAL_FLAT_LENGTHS``) or that does
 not cut ``new_tokens`` (``INCREMENTAL_FLAT_COUNT``), flat tokens that are not one 1-D sequence
 (``INCREMENTAL_NOT_INTS``); then the launcher's own checks (a row outside the pool, a negative first column, ...
 with ``check_values=True``).
 
-Reuse hazard: the copy of step ``k`` reads the staging buffer after ``step`` returns, whenever the stream gets to
-it, and the launch of step ``k`` reads the device buffer. An event recorded after the launch marks both done;
-``step(k + 1)`` waits for it on the host before it packs anything (``event.synchronize()``), so neither buffer is
-overwritten while a copy or a kernel of the previous step still reads it, whatever stream each step runs on.
-In a serving loop the previous step's scatter has long finished by then; a host that runs ahead waits for it.
-On the CPU the copy is a plain synchronous copy and there is no event (an ``event`` object may be passed
-to test the ordering: anything with ``record()`` and ``synchronize()``).
+Reuse hazard: the copy of step ``k`` reads its staging slot after ``step`` returns, whenever the stream gets to
+it, and the launch of step ``k`` reads its device slot. A CUDA event recorded after a step marks every step queued
+before it on that stream done, so one event is recorded every ``_FENCE_EVERY`` (4) steps, half a lap of the ring,
+covering the slots used since the last one (``record`` and a ``current_stream`` cost several microseconds of host
+time each: a step records none, three in four times). Before a step packs a slot still in use, it waits on the host
+(``event.synchronize()``) for the event covering the slot's last use, so neither a staging slot a copy in flight
+reads nor a device slot a kernel reads is overwritten; in a serving loop that event has long completed, and a host
+more than half a lap ahead of the stream waits for it. Steps on another stream than the slots used since the last
+event (``torch._C._cuda_getCurrentRawStream``, checked each step) first close those with an event recorded on
+their own stream, so each event covers steps of its stream alone. A step refused before its copy leaves its slot
+free. On the CPU the copy is a plain synchronous copy, the ring one slot and there are no events (``new_event``, a
+callable making objects with ``record(stream)`` and ``synchronize()``, may be passed to test the ordering; they
+record on stream ``None``).
 """
 
 from __future__ import annotations
 
+from array import array as _words
+from collections import deque
 from itertools import chain
 
 import numpy as np
@@ -60,8 +70,9 @@ from shared_spec import errors
 # the kernels' Triton specialization and the C launcher want them, the same compiled variant every step.
 _ALIGN = 2
 
-
-_VIEWS_KEPT = 8  # (bs, count) shapes whose device views a writer keeps (module docstring)
+_SLOTS = 8  # staging slots in the ring (module docstring: the reuse hazard)
+_FENCE_EVERY = 4  # steps between two recorded events: half a lap, so the host may run half a lap ahead unblocked
+_VIEWS_KEPT = 8  # (bs, count) shapes whose device views each slot keeps (module docstring)
 
 _TOKENS_WHERE = errors.INCREMENTAL_WHERE.format(arg="new_tokens")
 
@@ -85,6 +96,8 @@ def _as_array(values):
 def _int_array(values):
     """``values`` as a 1-D integer numpy array whose every entry an int64 holds, or None; ``[]`` (numpy infers
     float64) is the empty int64 array."""
+    if type(values) is np.ndarray and values.dtype == np.int64 and values.ndim == 1:  # the usual form, at once
+        return values
     array = _as_array(values)
     if array is None or array.ndim != 1:
         return None
@@ -104,36 +117,56 @@ def _capacity(name: str, value) -> int:
     return int(value)
 
 
+def _refuse_ints(values, name: str):
+    """``INCREMENTAL_NOT_INTS`` for ``values``, which ``_int_array`` did not take."""
+    array = _as_array(values)
+    what = type(values).__name__ if array is None else f"shape {array.shape} and dtype {array.dtype.name}"
+    return errors.type_error(errors.INCREMENTAL_NOT_INTS, arg=name, what=what)
+
+
 class IncrementalWriter:
-    """One reused staging buffer, one reused device buffer, one copy and one launch per step (module docstring)."""
+    """A ring of staging slots in one pinned and one device buffer, one copy and one launch per step (module docstring)."""
 
     def __init__(self, pool_out: torch.Tensor, max_requests: int, max_new_tokens: int, *, backend: str = "auto",
-                 event=None):
+                 new_event=None):
         self.pool_out = pool_out
         self.backend = backend
         self.max_requests = _capacity("max_requests", max_requests)
         self.max_new_tokens = _capacity("max_new_tokens", max_new_tokens)
-        # Layout: offsets (max_requests + 1), rows, start_cols (max_requests each), tokens: the small metadata first,
-        # so one copy of a prefix carries a step (metadata slots a smaller step leaves unused are a few ints).
+        # A slot's layout: offsets (max_requests + 1), rows, start_cols (max_requests each), tokens: the small metadata
+        # first, so one copy of a prefix carries a step (metadata slots a smaller step leaves unused are a few ints).
         self._offsets_at = 0
         self._rows_at = _rounded(self.max_requests + 1)
         self._start_cols_at = self._rows_at + _rounded(self.max_requests)
         self._tokens_at = self._start_cols_at + _rounded(self.max_requests)
-        size = self._tokens_at + self.max_new_tokens
-        pinned = pool_out.is_cuda
-        self._host = torch.zeros(size, dtype=torch.int64, pin_memory=pinned)
+        self._slot_size = _rounded(self._tokens_at + self.max_new_tokens)
+        cuda = pool_out.is_cuda
+        if new_event is None and cuda:
+            new_event = torch.cuda.Event
+        self._slots = _SLOTS if new_event is not None else 1  # no event: every copy and launch synchronous
+        size = self._slots * self._slot_size
+        self._host = torch.zeros(size, dtype=torch.int64, pin_memory=cuda)
         self._device = torch.zeros(size, dtype=torch.int64, device=pool_out.device)
         self._staged = self._host.numpy()  # the host buffer as numpy: packing writes through it
-        self._event = event if event is not None else (torch.cuda.Event() if pinned else None)
-        self._pending = False  # a step's copy or launch may still read the buffers
+        self._staged_words = memoryview(self._staged).cast("B").cast("q")  # as a buffer: an ``array("q")`` copies in
+        # The ring (module docstring): the events not recorded, made once (at most one outstanding per slot); the
+        # recorded ones, oldest first, each with the slots whose last use it covers; the slots used since the last.
+        self._free_events = [new_event() for _ in range(self._slots)] if new_event is not None else None
+        self._fences: deque = deque()
+        self._busy = [False] * self._slots  # a copy or launch of the slot's last step may still read it
+        self._open: list = []  # slots used since the last recorded event, all on one stream
+        self._open_stream = None  # that stream (None off CUDA: fake events record on no stream)
+        self._open_stream_id = 0
+        if cuda:
+            index = pool_out.device.index
+            self._stream_id = lambda: torch._C._cuda_getCurrentRawStream(index)  # cheap: an int, no Stream object
+            self._stream = lambda: torch.cuda.current_stream(pool_out.device)
+        else:
+            self._stream_id, self._stream = (lambda: 0), (lambda: None)
+        self._next = 0  # the slot the next step packs
         self._arange = np.arange(self.max_requests + 1, dtype=np.int64)  # the offsets of one token per request
-        self._cached_views: dict = {}  # (bs, count) -> the views of one step's copy and launch (``_views``)
-
-    def _wait(self) -> None:
-        """Block until the previous step's copy and launch have read the buffers."""
-        if self._pending:
-            self._event.synchronize()
-            self._pending = False
+        self._offsets_each: list = [None] * self._slots  # k where the slot's offsets hold k * _arange, else None
+        self._cached_views = [{} for _ in range(self._slots)]  # per slot: (bs, count) -> ``_views``
 
     def step(self, new_tokens, rows, start_cols, *, lengths=None, check_values: bool = False) -> None:
         """Write request ``r``'s new tokens into row ``rows[r]`` from column ``start_cols[r]``; see the module docstring.
@@ -149,70 +182,132 @@ class IncrementalWriter:
             bs, lengths = self._requests(count, lengths)
         if bs > self.max_requests:
             raise errors.value_error(errors.INCREMENTAL_TOO_MANY_REQUESTS, bs=bs, limit=self.max_requests)
-        for name, values in (("rows", rows), ("start_cols", start_cols)):
-            if len(values) != bs:
-                raise errors.value_error(errors.INCREMENTAL_LENGTHS, arg=name, length=len(values), bs=bs)
-        self._wait()
-        staged = self._staged
-        offsets = staged[self._offsets_at: self._offsets_at + bs + 1]
-        if lengths is None:
-            offsets[0] = 0
-            np.cumsum(np.fromiter(map(len, new_tokens), dtype=np.int64, count=bs), out=offsets[1:])
-            count = int(offsets[bs])
-        elif type(lengths) is int:  # every request the same count: no cumulative sum
-            np.multiply(self._arange[: bs + 1], lengths, out=offsets)
-        else:
-            offsets[0] = 0
-            np.cumsum(lengths, out=offsets[1:])
-            if int(offsets[bs]) != count:
-                raise errors.value_error(errors.INCREMENTAL_FLAT_COUNT, count=count, lengths="[...]",
-                                         expected=f"they sum to {int(offsets[bs])}")
-        if count > self.max_new_tokens:
+        rows_array, start_cols_array = _int_array(rows), _int_array(start_cols)
+        for name, values, array in (("rows", rows, rows_array), ("start_cols", start_cols, start_cols_array)):
+            if array is None:
+                raise _refuse_ints(values, name)
+            if array.shape[0] != bs:
+                raise errors.value_error(errors.INCREMENTAL_LENGTHS, arg=name, length=array.shape[0], bs=bs)
+        if type(lengths) is int and count > self.max_new_tokens:
             raise errors.value_error(errors.INCREMENTAL_TOO_MANY_TOKENS, count=count, limit=self.max_new_tokens)
-        tokens = staged[self._tokens_at: self._tokens_at + count]
+        slot = self._acquire()
+        staged, base = self._staged, slot * self._slot_size
+        at = base + self._offsets_at
+        if type(lengths) is int:  # every request the same count: the slot's offsets hold them from an earlier step
+            if self._offsets_each[slot] != lengths:
+                np.multiply(self._arange, lengths, out=staged[at: at + self.max_requests + 1])
+                self._offsets_each[slot] = lengths
+            offsets = staged[at: at + bs + 1]
+        else:
+            self._offsets_each[slot] = None
+            offsets = staged[at: at + bs + 1]
+            offsets[0] = 0
+            if lengths is None:
+                np.cumsum(np.fromiter(map(len, new_tokens), dtype=np.int64, count=bs), out=offsets[1:])
+                count = int(offsets[bs])
+            else:
+                np.cumsum(lengths, out=offsets[1:])
+                if int(offsets[bs]) != count:
+                    raise errors.value_error(errors.INCREMENTAL_FLAT_COUNT, count=count, lengths="[...]",
+                                             expected=f"they sum to {int(offsets[bs])}")
+            if count > self.max_new_tokens:
+                raise errors.value_error(errors.INCREMENTAL_TOO_MANY_TOKENS, count=count, limit=self.max_new_tokens)
+        at = base + self._tokens_at
         if lengths is None:
-            self._pack_tokens(new_tokens, tokens)
+            self._pack_tokens(new_tokens, staged[at: at + count])
+        elif type(flat) is _words:
+            self._staged_words[at: at + count] = flat
         elif flat is not None:
-            tokens[:] = flat
+            staged[at: at + count] = flat
         else:
             self._refuse_flat(new_tokens, offsets)
-        self._pack_ints(staged[self._rows_at: self._rows_at + bs], rows, "rows")
-        self._pack_ints(staged[self._start_cols_at: self._start_cols_at + bs], start_cols, "start_cols")
-        dst, src, flat_in, offsets_in, rows_in, start_cols_in = self._views(bs, count)
-        if self._event is None:
+        at = base + self._rows_at
+        staged[at: at + bs] = rows_array
+        at = base + self._start_cols_at
+        staged[at: at + bs] = start_cols_array
+        dst, src, flat_in, offsets_in, rows_in, start_cols_in = self._views(slot, bs, count)
+        if self._free_events is None:
             dst.copy_(src)
-        else:
-            dst.copy_(src, non_blocking=True)
-        try:
             launch_scatter_req_token_ids_kernel(
                 flat_in=flat_in, offsets=offsets_in, req_pool_indices=rows_in, pool_out=self.pool_out,
                 start_cols=start_cols_in, check_values=check_values, backend=self.backend,
             )
-        finally:  # after the copy, raised or not: the next step must wait for it
-            if self._event is not None:
-                self._event.record()
-                self._pending = True
+            return
+        try:
+            dst.copy_(src, non_blocking=True)
+            launch_scatter_req_token_ids_kernel(
+                flat_in=flat_in, offsets=offsets_in, req_pool_indices=rows_in, pool_out=self.pool_out,
+                start_cols=start_cols_in, check_values=check_values, backend=self.backend,
+            )
+        finally:  # after the copy, raised or not: the slot is in use until an event after it completes
+            self._release(slot)
 
-    def _views(self, bs: int, count: int) -> tuple:
-        """The copy's destination and source and the launch's four inputs for ``bs`` requests and ``count`` tokens:
-        views of the two buffers, made once per ``(bs, count)`` (a decode loop repeats one) and kept for the last
-        ``_VIEWS_KEPT`` of them, since slicing a tensor costs about a microsecond of host time each."""
-        key = (bs, count)
-        views = self._cached_views.get(key)
+    def _acquire(self) -> int:
+        """The slot the next step packs, once nothing in flight reads it: a slot whose last use no completed event
+        covers is waited for (``event.synchronize()``), after an event is recorded to cover it where none is yet."""
+        slot = self._next
+        if self._free_events is None:
+            return slot
+        if self._open and self._stream_id() != self._open_stream_id:
+            self._fence()  # the steps since the last event ran on another stream: an event on it covers them
+        if self._busy[slot]:
+            if self._open and slot in self._open:
+                self._fence()
+            fences, busy = self._fences, self._busy
+            while busy[slot]:  # the oldest first: the slot's own event is usually the first
+                event, slots = fences.popleft()
+                event.synchronize()
+                for used in slots:
+                    busy[used] = False
+                self._free_events.append(event)
+        return slot
+
+    def _release(self, slot: int) -> None:
+        """``slot``'s copy and launch are queued: it is in use until an event recorded after them completes; one is
+        recorded every ``_FENCE_EVERY`` steps."""
+        self._busy[slot] = True
+        if not self._open:
+            self._open_stream_id, self._open_stream = self._stream_id(), self._stream()
+        self._open.append(slot)
+        self._next = slot + 1 if slot + 1 < self._slots else 0
+        if len(self._open) >= _FENCE_EVERY:
+            self._fence()
+
+    def _fence(self) -> None:
+        """Record an event on the open slots' stream, covering them (every step queued on it so far)."""
+        event = self._free_events.pop()  # one is free: each outstanding event covers at least one other busy slot
+        event.record(self._open_stream)
+        self._fences.append((event, self._open))
+        self._open = []
+
+    def _views(self, slot: int, bs: int, count: int) -> tuple:
+        """The copy's destination and source and the launch's four inputs for ``bs`` requests and ``count`` tokens
+        in ``slot``: views of the two buffers, made once per ``(bs, count)`` (a decode loop repeats one) and kept for
+        the last ``_VIEWS_KEPT`` of them per slot, since slicing a tensor costs about a microsecond of host time each."""
+        kept = self._cached_views[slot]
+        views = kept.get((bs, count))
         if views is None:
-            if len(self._cached_views) >= _VIEWS_KEPT:
-                del self._cached_views[next(iter(self._cached_views))]  # the oldest
-            used, device = self._tokens_at + count, self._device
-            views = self._cached_views[key] = (
-                device[:used], self._host[:used], device[self._tokens_at: used],
-                device[self._offsets_at: self._offsets_at + bs + 1], device[self._rows_at: self._rows_at + bs],
-                device[self._start_cols_at: self._start_cols_at + bs])
+            if len(kept) >= _VIEWS_KEPT:
+                del kept[next(iter(kept))]  # the oldest
+            base, device = slot * self._slot_size, self._device
+            used, tokens = base + self._tokens_at + count, base + self._tokens_at
+            offsets, rows, start_cols = base + self._offsets_at, base + self._rows_at, base + self._start_cols_at
+            views = kept[(bs, count)] = (
+                device[base:used], self._host[base:used], device[tokens:used], device[offsets: offsets + bs + 1],
+                device[rows: rows + bs], device[start_cols: start_cols + bs])
         return views
 
     @staticmethod
     def _flat(new_tokens) -> tuple:
         """The flat form's tokens as ``(array, count)``; ``array`` None where they are not one 1-D int64 sequence
-        (``_refuse_flat`` then names the first bad entry, once the lengths cut them)."""
+        (``_refuse_flat`` then names the first bad entry, once the lengths cut them). A list (the sampler's output)
+        becomes an ``array("q")``: one pass that refuses anything but ints in the int64 range, cheaper than numpy's
+        dtype discovery and conversion."""
+        if type(new_tokens) is list:
+            try:
+                return _words("q", new_tokens), len(new_tokens)
+            except (TypeError, OverflowError):
+                return None, len(new_tokens)
         flat = _int_array(new_tokens)
         if flat is not None:
             return flat, flat.shape[0]
@@ -251,16 +346,6 @@ class IncrementalWriter:
                 _as_ids(index, ids, _TOKENS_WHERE)
         what = type(new_tokens).__name__ if array is None else f"shape {array.shape} and dtype {array.dtype.name}"
         raise errors.type_error(errors.INCREMENTAL_NOT_INTS, arg="new_tokens", what=what)
-
-    @staticmethod
-    def _pack_ints(out: np.ndarray, values, name: str) -> None:
-        """``values`` (ints, an integer array or CPU tensor) into ``out``; ``INCREMENTAL_NOT_INTS`` for anything else."""
-        array = _int_array(values)
-        if array is None:
-            array = _as_array(values)
-            what = type(values).__name__ if array is None else f"shape {array.shape} and dtype {array.dtype.name}"
-            raise errors.type_error(errors.INCREMENTAL_NOT_INTS, arg=name, what=what)
-        out[:] = array
 
     @staticmethod
     def _pack_tokens(new_tokens, out: np.ndarray) -> None:

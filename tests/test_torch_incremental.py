@@ -67,47 +67,127 @@ def test_a_step_launches_once_on_views_of_the_one_device_buffer(monkeypatch):
     assert kw["req_pool_indices"].tolist() == [0, 2] and kw["start_cols"].tolist() == [0, 4]
 
 
-class _InFlightEvent:
-    """A stand-in for the CUDA event: ``record`` snapshots the staging buffer as the copy in flight would read it;
-    ``synchronize`` (the copy done) checks that nothing overwrote it before; a record before the last one is
-    waited for is a step that packed without waiting."""
+class _SlowStreams:
+    """Fake CUDA streams that run nothing until an event recorded on them is waited for, and their fake events.
+
+    Installed on a CPU writer (``new_event=streams.event``, then ``install``), each step's launch is queued on the
+    current stream (``current``): when it runs, the step's copy reads the staging slot then (as a copy in flight
+    reads it whenever the stream gets to it), and the launch follows. ``event.synchronize()`` runs the event's stream
+    up to its record. Queuing a step into a slot that a queued step still reads is the hazard: it fails at once (and
+    a copy reading another step's packing would write the wrong pool)."""
 
     def __init__(self):
-        self.writer = None
-        self.snapshot = None
-        self.records = 0
+        self.queued = {}  # stream -> every step queued on it, in order: (slot, launch kwargs)
+        self.done = {}  # stream -> how many of them have run
+        self.current = 0
+        self.records = []  # (stream, steps queued on it before the record)
+        self.waits = 0
+        self.writer = self.launch = None
 
-    def record(self):
-        assert self.snapshot is None, "a step packed the staging buffer while the last copy was in flight"
-        self.snapshot = self.writer._host.clone()
-        self.records += 1
+    def install(self, writer, monkeypatch):
+        from kv_canary_torch import incremental
+
+        self.writer, self.launch = writer, incremental.launch_scatter_req_token_ids_kernel
+        writer._stream_id = lambda: self.current
+        writer._stream = lambda: self.current  # a fake stream object: its id
+
+        def queue(**kw):
+            slot = (kw["offsets"].data_ptr() - writer._device.data_ptr()) // 8 // writer._slot_size
+            assert slot not in self.pending(), f"slot {slot} packed while a queued step still reads it"
+            self.queued.setdefault(self.current, []).append((slot, kw))
+
+        monkeypatch.setattr(incremental, "launch_scatter_req_token_ids_kernel", queue)
+
+    def pending(self):
+        return [slot for stream, steps in self.queued.items() for slot, _ in steps[self.done.get(stream, 0):]]
+
+    def run(self, stream, upto):
+        writer = self.writer
+        steps = self.queued.get(stream, [])
+        for slot, kw in steps[self.done.get(stream, 0): upto]:
+            region = slice(slot * writer._slot_size, (slot + 1) * writer._slot_size)
+            writer._device[region] = writer._host[region]  # the copy, reading the staging slot now
+            self.launch(**kw)
+        self.done[stream] = max(self.done.get(stream, 0), upto)
+
+    def drain(self):
+        for stream, steps in self.queued.items():
+            self.run(stream, len(steps))
+
+    def event(self):
+        return _SlowEvent(self)
+
+
+class _SlowEvent:
+    def __init__(self, streams):
+        self.streams, self.at = streams, None
+
+    def record(self, stream):
+        self.at = (stream, len(self.streams.queued.get(stream, [])))
+        self.streams.records.append(self.at)
 
     def synchronize(self):
-        assert torch.equal(self.writer._host, self.snapshot), "the staging buffer changed under a copy in flight"
-        self.snapshot = None
+        self.streams.waits += 1
+        self.streams.run(*self.at)
 
 
-def test_each_step_waits_for_the_last_copy_before_packing():
-    pool = torch.from_numpy(sentinel_pool(6, 20, seed=3))
-    event = _InFlightEvent()
-    writer = IncrementalWriter(pool, max_requests=4, max_new_tokens=16, backend="torch", event=event)
-    event.writer = writer
-    expected = _serve(writer, pool.numpy().copy(), steps=8, seed=3)
-    assert event.records == 8
+def _slow_writer(monkeypatch, pool, **capacities):
+    streams = _SlowStreams()
+    writer = IncrementalWriter(pool, backend="torch", new_event=streams.event, **capacities)
+    streams.install(writer, monkeypatch)
+    return writer, streams
+
+
+def test_a_slow_stream_never_reads_a_slot_a_later_step_packed(monkeypatch):
+    from kv_canary_torch.incremental import _FENCE_EVERY, _SLOTS
+
+    pool = torch.from_numpy(sentinel_pool(6, 40, seed=3))
+    writer, streams = _slow_writer(monkeypatch, pool, max_requests=4, max_new_tokens=16)
+    expected = _serve(writer, pool.numpy().copy(), steps=3 * _SLOTS + 1, seed=3)
+    # an event every _FENCE_EVERY steps; the host waits only when it laps the ring
+    assert streams.records == [(0, k) for k in range(_FENCE_EVERY, 3 * _SLOTS + 1, _FENCE_EVERY)]
+    assert 0 < streams.waits < 3 * _SLOTS // _FENCE_EVERY
+    assert len(streams.pending()) > 0  # the last steps still in flight: the stream is slower than the host
+    streams.drain()
     assert_same_pool(pool.numpy(), expected)
 
 
-def test_a_refused_step_still_leaves_its_copy_waited_for():
+def test_steps_that_change_stream_close_the_last_ones_with_an_event_on_their_stream(monkeypatch):
+    pool = torch.from_numpy(sentinel_pool(6, 80, seed=13))
+    writer, streams = _slow_writer(monkeypatch, pool, max_requests=4, max_new_tokens=16)
+    expected = pool.numpy().copy()
+    rng = np.random.default_rng(13)
+    for step in range(40):
+        streams.current = (step // 3) % 2  # three steps on stream 0, three on stream 1, ...
+        new = rng.integers(0, 2**40, size=2).tolist()
+        writer.step(new, np.array([1, 4]), np.array([step, step]), lengths=1)
+        expected = _reference_step(expected, [[t] for t in new], [1, 4], [step, step])
+    # each block of three closed on its own stream when the next block starts on the other one
+    assert streams.records == [(block % 2, 3 * (block // 2 + 1)) for block in range(13)]
+    streams.drain()
+    assert_same_pool(pool.numpy(), expected)
+
+
+def test_a_refused_launch_keeps_its_slot_in_use_until_an_event_covers_it(monkeypatch):
     pool = torch.from_numpy(sentinel_pool(3, 6, seed=4))
-    event = _InFlightEvent()
-    writer = IncrementalWriter(pool, max_requests=2, max_new_tokens=4, backend="torch", event=event)
-    event.writer = writer
-    before = pool.clone()
+    writer, streams = _slow_writer(monkeypatch, pool, max_requests=2, max_new_tokens=4)
+    from kv_canary_torch import incremental
+
+    queue = incremental.launch_scatter_req_token_ids_kernel
+
+    def refuse_row_7(**kw):
+        queue(**kw)  # the copy is queued before the launcher refuses
+        if kw["req_pool_indices"].tolist() == [7]:
+            raise errors.value_error(errors.START_COLS_NEGATIVE, i=0, value=-1)
+
+    monkeypatch.setattr(incremental, "launch_scatter_req_token_ids_kernel", refuse_row_7)
     with pytest.raises(errors.KvCanaryValueError):
-        writer.step([[1]], [7], [0], check_values=True)  # the launcher refuses row 7: after the copy
-    assert torch.equal(pool, before)
-    writer.step([[5]], [1], [2])  # waits for the refused step's copy (the event asserts it)
-    assert pool[1, 2].item() == 5
+        writer.step([[1]], [7], [0])
+    assert writer._busy[0] and writer._next == 1
+    for k in range(12):  # laps the ring: slot 0 is packed again only after an event covering it
+        writer.step([[5 + k]], [1], [2])
+    streams.drain()
+    assert pool[1, 2].item() == 16
 
 
 @pytest.mark.parametrize(
@@ -288,16 +368,22 @@ def test_a_repeated_step_runs_one_torch_op_the_copy_and_makes_no_tensor(monkeypa
     assert second["flat_in"].tolist() == [2, 3, 4] and second["offsets"].tolist() == [0, 1, 2, 3]
 
 
-def test_the_kept_views_are_bounded_and_stay_views_of_the_device_buffer():
-    from kv_canary_torch.incremental import _VIEWS_KEPT
+def test_the_kept_views_are_bounded_and_stay_views_of_their_slot(monkeypatch):
+    from kv_canary_torch.incremental import _SLOTS, _VIEWS_KEPT
 
     pool = torch.from_numpy(sentinel_pool(4, 40, seed=12))
-    writer = IncrementalWriter(pool, max_requests=4, max_new_tokens=32, backend="torch")
+    writer, streams = _slow_writer(monkeypatch, pool, max_requests=4, max_new_tokens=32)
     for count in range(1, 3 * _VIEWS_KEPT):
         writer.step(list(range(count)), [1], [0], lengths=count)
-        assert len(writer._cached_views) <= _VIEWS_KEPT
-    storage = writer._device.untyped_storage().data_ptr()
-    assert all(v.untyped_storage().data_ptr() == storage for views in writer._cached_views.values() for v in views[2:])
+        assert all(len(kept) <= _VIEWS_KEPT for kept in writer._cached_views)
+    streams.drain()
+    size = writer._slot_size * 8
+    for slot, kept in enumerate(writer._cached_views):
+        for views in kept.values():
+            for view, buffer in zip(views, (writer._device, writer._host) + (writer._device,) * 4):
+                assert view.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()
+                assert buffer.data_ptr() + slot * size <= view.data_ptr() < buffer.data_ptr() + (slot + 1) * size
+    assert len(writer._cached_views) == _SLOTS
     assert pool[1, :23].tolist() == list(range(23))
 
 
