@@ -117,8 +117,11 @@ def _capacity(name: str, value) -> int:
     return int(value)
 
 
-def _refuse_ints(values, name: str):
-    """``INCREMENTAL_NOT_INTS`` for ``values``, which ``_int_array`` did not take."""
+def _refuse_ints(values, array, name: str, bs: int):
+    """The error for ``rows`` or ``start_cols``: ``INCREMENTAL_NOT_INTS`` where ``_int_array`` did not take them
+    (``array`` None), else ``INCREMENTAL_LENGTHS`` (not ``bs`` entries)."""
+    if array is not None:
+        return errors.value_error(errors.INCREMENTAL_LENGTHS, arg=name, length=array.shape[0], bs=bs)
     array = _as_array(values)
     what = type(values).__name__ if array is None else f"shape {array.shape} and dtype {array.dtype.name}"
     return errors.type_error(errors.INCREMENTAL_NOT_INTS, arg=name, what=what)
@@ -179,53 +182,42 @@ class IncrementalWriter:
             bs, flat, count = len(new_tokens), None, None
         else:
             flat, count = self._flat(new_tokens)
-            bs, lengths = self._requests(count, lengths)
+            if type(lengths) is int and lengths == 1:  # a decode step: one request per token
+                bs = count
+            else:
+                bs, lengths = self._requests(count, lengths)
         if bs > self.max_requests:
             raise errors.value_error(errors.INCREMENTAL_TOO_MANY_REQUESTS, bs=bs, limit=self.max_requests)
-        rows_array, start_cols_array = _int_array(rows), _int_array(start_cols)
-        for name, values, array in (("rows", rows, rows_array), ("start_cols", start_cols, start_cols_array)):
-            if array is None:
-                raise _refuse_ints(values, name)
-            if array.shape[0] != bs:
-                raise errors.value_error(errors.INCREMENTAL_LENGTHS, arg=name, length=array.shape[0], bs=bs)
-        if type(lengths) is int and count > self.max_new_tokens:
-            raise errors.value_error(errors.INCREMENTAL_TOO_MANY_TOKENS, count=count, limit=self.max_new_tokens)
-        slot = self._acquire()
-        staged, base = self._staged, slot * self._slot_size
-        at = base + self._offsets_at
-        if type(lengths) is int:  # every request the same count: the slot's offsets hold them from an earlier step
-            if self._offsets_each[slot] != lengths:
-                np.multiply(self._arange, lengths, out=staged[at: at + self.max_requests + 1])
-                self._offsets_each[slot] = lengths
-            offsets = staged[at: at + bs + 1]
-        else:
-            self._offsets_each[slot] = None
-            offsets = staged[at: at + bs + 1]
-            offsets[0] = 0
-            if lengths is None:
-                np.cumsum(np.fromiter(map(len, new_tokens), dtype=np.int64, count=bs), out=offsets[1:])
-                count = int(offsets[bs])
-            else:
-                np.cumsum(lengths, out=offsets[1:])
-                if int(offsets[bs]) != count:
-                    raise errors.value_error(errors.INCREMENTAL_FLAT_COUNT, count=count, lengths="[...]",
-                                             expected=f"they sum to {int(offsets[bs])}")
+        rows_array = _int_array(rows)
+        if rows_array is None or rows_array.shape[0] != bs:
+            raise _refuse_ints(rows, rows_array, "rows", bs)
+        start_cols_array = _int_array(start_cols)
+        if start_cols_array is None or start_cols_array.shape[0] != bs:
+            raise _refuse_ints(start_cols, start_cols_array, "start_cols", bs)
+        if type(lengths) is int:
             if count > self.max_new_tokens:
                 raise errors.value_error(errors.INCREMENTAL_TOO_MANY_TOKENS, count=count, limit=self.max_new_tokens)
-        at = base + self._tokens_at
-        if lengths is None:
-            self._pack_tokens(new_tokens, staged[at: at + count])
-        elif type(flat) is _words:
-            self._staged_words[at: at + count] = flat
-        elif flat is not None:
-            staged[at: at + count] = flat
+            slot, offsets = self._acquire(), None
+            views = self._views(slot, bs, count)
+            if self._offsets_each[slot] != lengths:  # the slot's offsets hold them from an earlier step, else now
+                at = slot * self._slot_size + self._offsets_at
+                np.multiply(self._arange, lengths, out=self._staged[at: at + self.max_requests + 1])
+                self._offsets_each[slot] = lengths
         else:
-            self._refuse_flat(new_tokens, offsets)
-        at = base + self._rows_at
-        staged[at: at + bs] = rows_array
-        at = base + self._start_cols_at
-        staged[at: at + bs] = start_cols_array
-        dst, src, flat_in, offsets_in, rows_in, start_cols_in = self._views(slot, bs, count)
+            slot = self._acquire()
+            count, offsets = self._pack_offsets(slot, bs, new_tokens, count, lengths)
+            views = self._views(slot, bs, count)
+        if type(flat) is _words:
+            views[7][:] = flat  # the memoryview of the slot's tokens: one copy of the array's buffer
+        elif flat is not None:
+            np.copyto(views[6], flat, casting="unsafe")  # an integer array int64 holds (``_int_array``)
+        elif lengths is None:
+            self._pack_tokens(new_tokens, views[6])
+        else:
+            self._refuse_flat(new_tokens, self._arange[: bs + 1] * lengths if type(lengths) is int else offsets)
+        np.copyto(views[8], rows_array, casting="unsafe")
+        np.copyto(views[9], start_cols_array, casting="unsafe")
+        dst, src, flat_in, offsets_in, rows_in, start_cols_in = views[:6]
         if self._free_events is None:
             dst.copy_(src)
             launch_scatter_req_token_ids_kernel(
@@ -241,6 +233,25 @@ class IncrementalWriter:
             )
         finally:  # after the copy, raised or not: the slot is in use until an event after it completes
             self._release(slot)
+
+    def _pack_offsets(self, slot: int, bs: int, new_tokens, count, lengths) -> tuple:
+        """The nested form's and the flat form's per-request counts: their cumulative sum into the slot's offsets;
+        returns ``(count, offsets)`` (the total, checked against the capacity, and the slot's offsets)."""
+        self._offsets_each[slot] = None
+        at = slot * self._slot_size + self._offsets_at
+        offsets = self._staged[at: at + bs + 1]
+        offsets[0] = 0
+        if lengths is None:
+            np.cumsum(np.fromiter(map(len, new_tokens), dtype=np.int64, count=bs), out=offsets[1:])
+            count = int(offsets[bs])
+        else:
+            np.cumsum(lengths, out=offsets[1:])
+            if int(offsets[bs]) != count:
+                raise errors.value_error(errors.INCREMENTAL_FLAT_COUNT, count=count, lengths="[...]",
+                                         expected=f"they sum to {int(offsets[bs])}")
+        if count > self.max_new_tokens:
+            raise errors.value_error(errors.INCREMENTAL_TOO_MANY_TOKENS, count=count, limit=self.max_new_tokens)
+        return count, offsets
 
     def _acquire(self) -> int:
         """The slot the next step packs, once nothing in flight reads it: a slot whose last use no completed event
@@ -281,20 +292,24 @@ class IncrementalWriter:
         self._open = []
 
     def _views(self, slot: int, bs: int, count: int) -> tuple:
-        """The copy's destination and source and the launch's four inputs for ``bs`` requests and ``count`` tokens
-        in ``slot``: views of the two buffers, made once per ``(bs, count)`` (a decode loop repeats one) and kept for
-        the last ``_VIEWS_KEPT`` of them per slot, since slicing a tensor costs about a microsecond of host time each."""
+        """The views of one step of ``bs`` requests and ``count`` tokens in ``slot``: the copy's destination and
+        source, the launch's four inputs (device), then the packing's destinations (host): the tokens as numpy and
+        as a memoryview, the rows and the first columns. Made once per ``(bs, count)`` (a decode loop repeats one) and
+        kept for the last ``_VIEWS_KEPT`` of them per slot, since slicing costs host time (a tensor's about a
+        microsecond)."""
         kept = self._cached_views[slot]
         views = kept.get((bs, count))
         if views is None:
             if len(kept) >= _VIEWS_KEPT:
                 del kept[next(iter(kept))]  # the oldest
-            base, device = slot * self._slot_size, self._device
+            base, device, staged = slot * self._slot_size, self._device, self._staged
             used, tokens = base + self._tokens_at + count, base + self._tokens_at
             offsets, rows, start_cols = base + self._offsets_at, base + self._rows_at, base + self._start_cols_at
             views = kept[(bs, count)] = (
                 device[base:used], self._host[base:used], device[tokens:used], device[offsets: offsets + bs + 1],
-                device[rows: rows + bs], device[start_cols: start_cols + bs])
+                device[rows: rows + bs], device[start_cols: start_cols + bs],
+                staged[tokens:used], self._staged_words[tokens:used], staged[rows: rows + bs],
+                staged[start_cols: start_cols + bs])
         return views
 
     @staticmethod
@@ -351,7 +366,7 @@ class IncrementalWriter:
     def _pack_tokens(new_tokens, out: np.ndarray) -> None:
         """The requests' ids, concatenated, into ``out`` (``out`` holds exactly their count).
 
-        Lists of ints (a decode step's usual form): one conversion of their concatenation. Integer arrays and CPU
+        Lists of ints (a decode step's usual form): one ``array("q")`` of their concatenation. Integer arrays and CPU
         tensors: one concatenate. Anything else, or a conversion that does not give int64 (floats, ids past
         int64), per request through ``pack_token_ids``' conversion, which raises the spec's error for the first
         entry that is not token ids.
@@ -360,11 +375,11 @@ class IncrementalWriter:
             arrays = None  # nothing to copy; the per-request path still refuses entries that are not token ids
         elif type(new_tokens[0]) is list:
             try:
-                flat = np.asarray(list(chain.from_iterable(new_tokens)))
-            except (TypeError, ValueError, OverflowError):
+                flat = _words("q", chain.from_iterable(new_tokens))  # refuses anything but ints int64 holds
+            except (TypeError, OverflowError):
                 flat = None
-            if flat is not None and flat.dtype == np.int64 and flat.shape == out.shape:
-                out[:] = flat
+            if flat is not None and len(flat) == out.shape[0]:
+                out[:] = np.frombuffer(flat, dtype=np.int64)
                 return
             arrays = None
         else:

@@ -269,6 +269,32 @@ def test_a_slow_stream_never_reads_a_staging_buffer_the_next_step_packed():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("streams", [1, 2])
+def test_a_slow_stream_never_reads_a_slot_a_step_after_a_lap_packed(streams):
+    # Every step of three laps of the ring is queued behind a long sleep; the host packs them at once, so it reuses
+    # each slot while the stream has run nothing. With two streams the steps alternate between them, each behind its
+    # own sleep. Without the events' waits, a copy would read a later lap's packing.
+    from kv_canary_torch.incremental import _SLOTS
+
+    pool = torch.from_numpy(sentinel_pool(8, 3 * _SLOTS + 4, seed=14)).cuda()
+    expected = pool.cpu().numpy()
+    writer = IncrementalWriter(pool, max_requests=4, max_new_tokens=16)
+    side = [torch.cuda.Stream() for _ in range(streams)]
+    for stream in side:
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(200_000_000)  # about 0.1 s at H200 clocks
+    rows = np.array([1, 3, 6], np.int64)
+    for step in range(3 * _SLOTS):
+        new = [1000 * step + row for row in rows.tolist()]
+        with torch.cuda.stream(side[step % streams]):
+            writer.step(new, rows, np.full(3, step, np.int64), lengths=1)
+        expected = _reference_step(expected, [[t] for t in new], rows, [step] * 3)
+    torch.cuda.synchronize()
+    assert_same_pool(pool.cpu().numpy(), expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_steps_on_the_gpu_allocate_nothing():
     pool = torch.from_numpy(sentinel_pool(8, 64, seed=8)).cuda()
     writer = IncrementalWriter(pool, max_requests=4, max_new_tokens=16)
