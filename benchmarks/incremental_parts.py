@@ -1,35 +1,121 @@
-"""Where the host time of one ``IncrementalWriter.step`` goes on a GPU: the flat decode step (``lengths=1``, numpy rows
-and start_cols) whole and without its launch, and its parts alone (the H2D copy of the kept views, the launch on
-them, ``torch.cuda.Event.record`` and ``synchronize``); us host per call, median, a sync before each call.
+"""Where the host time of one ``IncrementalWriter.step`` goes: the flat decode step (``lengths=1``, the sampler's list of
+ints, numpy rows and start_cols) whole, without its launch, and its parts alone; us per call, the median of
+``--calls`` calls timed one by one with ``time.perf_counter_ns``.
 
-Run: ``python benchmarks/incremental_parts.py`` (on the CPU the launch is the torch backend and means nothing)."""
+    python benchmarks/incremental_parts.py [--calls 10000] [--bs 64 --bs 256]
 
+On a GPU (the pool on CUDA, the launch the Triton backend): a sync before each call, so every step starts with the
+stream idle, as a decode loop's does; besides the host figures, *step wall* times the step until
+``torch.cuda.synchronize()`` after it returns. The parts: the H2D copy of a step's kept views, the launch on them,
+``torch.cuda.Event.record`` on a kept stream, ``Event.synchronize`` of a completed event, ``torch.cuda.current_stream``
+and the raw stream id the step reads each call. On the CPU (no CUDA) the writer runs its ring with fake events (no-op
+``record`` and ``synchronize``) and only the step without its launch is timed: the step's Python and numpy packing and
+the CPU copy; the GPU-only figures are not printed.
+The step's own parts are shown as they run inside it: the tokens list into an ``array("q")`` (``_flat``), one
+``_int_array`` (each of rows and start_cols), a slot's acquire and release (``_acquire``, ``_release``; an event
+every ``_FENCE_EVERY`` releases), the kept views' lookup, the three host copies into the slot.
+"""
+
+from __future__ import annotations
+
+import argparse
 import time
 
 import numpy as np
 import torch
 
+from kv_canary_torch import IncrementalWriter
+from kv_canary_torch import incremental as inc
 
-from kv_canary_torch import IncrementalWriter, incremental as inc
-dev = "cuda" if torch.cuda.is_available() else "cpu"
-def t(f, n=2000):
-    for _ in range(100): f()
-    s = []
-    for _ in range(n):
-        torch.cuda.synchronize() if dev == "cuda" else None
-        b = time.perf_counter_ns(); f(); s.append(time.perf_counter_ns() - b)
-    return np.median(s) / 1e3
-for bs in (64, 256):
-    pool = torch.zeros((bs + 1, 40000), dtype=torch.int32, device=dev)
-    w = IncrementalWriter(pool, bs, bs, backend="triton" if dev == "cuda" else "torch")
-    new, rows, cols = list(range(bs)), np.arange(1, bs + 1), np.arange(bs) + 100
-    full = t(lambda: w.step(new, rows, cols, lengths=1))
-    d, s, *v = w._views(bs, bs)
-    copy = t(lambda: d.copy_(s, non_blocking=True))
-    launch = t(lambda: inc.launch_scatter_req_token_ids_kernel(flat_in=v[0], offsets=v[1], req_pool_indices=v[2], pool_out=pool, start_cols=v[3], backend=w.backend))
-    ev = torch.cuda.Event() if dev == "cuda" else None
-    rec = t(ev.record) if ev else 0.0
-    sync = t(ev.synchronize) if ev else 0.0
-    real = inc.launch_scatter_req_token_ids_kernel; inc.launch_scatter_req_token_ids_kernel = lambda **k: None
-    nolaunch = t(lambda: w.step(new, rows, cols, lengths=1)); inc.launch_scatter_req_token_ids_kernel = real
-    print(f"bs={bs} step {full:.1f} | step without launch {nolaunch:.1f} | copy {copy:.1f} launch {launch:.1f} record {rec:.1f} sync {sync:.1f} us host")
+
+class _NoEvent:
+    """A fake event for the CPU: the ring runs, nothing waits."""
+
+    def record(self, stream=None):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+def median_us(call, calls: int, sync=None) -> float:
+    """The median host time of ``call()`` in us over ``calls`` calls (after a tenth as many untimed), ``sync()``
+    untimed before each."""
+    for _ in range(max(calls // 10, 10)):
+        call()
+    samples = []
+    for _ in range(calls):
+        if sync is not None:
+            sync()
+        begin = time.perf_counter_ns()
+        call()
+        samples.append(time.perf_counter_ns() - begin)
+    return float(np.median(samples)) / 1e3
+
+
+def wall_us(call, calls: int) -> float:
+    """The median time of ``call()`` until the device is idle after it (a sync before each), in us."""
+    def timed():
+        call()
+        torch.cuda.synchronize()
+
+    return median_us(timed, calls, torch.cuda.synchronize)
+
+
+def parts(bs: int, calls: int, cuda: bool) -> dict:
+    """The figures of one ``bs`` (module docstring), by name."""
+    device = "cuda" if cuda else "cpu"
+    pool = torch.zeros((bs + 1, 2 * bs), dtype=torch.int32, device=device)
+    writer = IncrementalWriter(pool, bs, bs, backend="triton" if cuda else "torch",
+                               new_event=None if cuda else _NoEvent)
+    new, rows = list(range(bs)), np.arange(1, bs + 1, dtype=np.int64)
+    cols = np.arange(bs, dtype=np.int64)
+    sync = torch.cuda.synchronize if cuda else None
+
+    def step():
+        writer.step(new, rows, cols, lengths=1)
+
+    out = {"step": median_us(step, calls, sync), "step wall": wall_us(step, calls)} if cuda else {}
+    real = inc.launch_scatter_req_token_ids_kernel
+    inc.launch_scatter_req_token_ids_kernel = lambda **kw: None
+    try:
+        out["step without launch"] = median_us(step, calls, sync)
+    finally:
+        inc.launch_scatter_req_token_ids_kernel = real
+    views = writer._views(0, bs, bs)
+    dst, src, flat_in, offsets, rows_in, cols_in = views[:6]
+    flat, _ = writer._flat(new)
+    out["tokens list -> array('q')"] = median_us(lambda: writer._flat(new), calls)
+    out["one _int_array"] = median_us(lambda: inc._int_array(rows), calls)
+    out["acquire + release"] = median_us(lambda: writer._release(writer._acquire()), calls, sync)
+    out["kept views"] = median_us(lambda: writer._views(0, bs, bs), calls)
+    out["three host copies"] = median_us(lambda: (views[7].__setitem__(slice(None), flat),
+                                                 np.copyto(views[8], rows), np.copyto(views[9], cols)), calls)
+    out["copy"] = median_us(lambda: dst.copy_(src, non_blocking=cuda), calls, sync)
+    if cuda:
+        out["launch"] = median_us(lambda: inc.launch_scatter_req_token_ids_kernel(
+            flat_in=flat_in, offsets=offsets, req_pool_indices=rows_in, pool_out=pool, start_cols=cols_in,
+            backend=writer.backend), calls, sync)
+        event, stream = torch.cuda.Event(), torch.cuda.current_stream()
+        out["Event.record(stream)"] = median_us(lambda: event.record(stream), calls, sync)
+        out["Event.synchronize (done)"] = median_us(event.synchronize, calls, sync)
+        out["current_stream()"] = median_us(torch.cuda.current_stream, calls)
+        out["raw stream id"] = median_us(writer._stream_id, calls)
+    return out
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=10000)
+    parser.add_argument("--bs", type=int, action="append")
+    args = parser.parse_args(argv)
+    cuda = torch.cuda.is_available()
+    print(f"torch {torch.__version__} {torch.cuda.get_device_name() if cuda else 'CPU (fake events, no launch)'}; "
+          f"us per call, median of {args.calls}")
+    for bs in args.bs or (64, 256):
+        figures = parts(bs, args.calls, cuda)
+        print(f"bs={bs}: " + " | ".join(f"{name} {value:.2f}" for name, value in figures.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()

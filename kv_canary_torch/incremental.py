@@ -375,7 +375,7 @@ class IncrementalWriter:
             arrays = None  # nothing to copy; the per-request path still refuses entries that are not token ids
         elif type(new_tokens[0]) is list:
             try:
-                flat = _words("q", chain.from_iterable(new_tokens))  # refuses anything but ints int64 holds
+                flat = _words("q", list(chain.from_iterable(new_tokens)))  # only ints int64 holds; from a list: faster
             except (TypeError, OverflowError):
                 flat = None
             if flat is not None and len(flat) == out.shape[0]:
