@@ -23,7 +23,7 @@ compared with ``shared_spec.reference.scatter_reference`` after its timing; a mi
      less it, over the incremental step: the comparison where the runtime holds the snapshot already built).
    - ``incremental``: ``kv_canary_torch.IncrementalWriter.step`` of the new tokens in the flat form (the sampler's
      list, ``lengths=1``; rows a numpy array) at ``start_cols`` = each request's length before the token (its host
-     lengths array): one packed pinned buffer, one H2D copy, one launch.
+     lengths array): one packed slot of a pinned ring, one H2D copy, one launch (an event every 4 steps).
 2. The windowed Triton kernel (``windowed``), on ``kv_canary.bench.make_inputs``' tensors of each case: the unwindowed
    launch, the windowed one with ``start_cols`` all 0 (the same cells) and with an append position per request
    (``append_columns``: a column in ``[0, C - length]``, so every token is still written: the same bytes), all through
