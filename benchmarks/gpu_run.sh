@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call: GPU tests, the memory checker, the conformance matrix, then timings. Logs land in $OUT.
-#   bash benchmarks/gpu_run.sh [all|final|gpu|tests|memcheck|check|tune|bench|mosaic|kernels|host|hostcost|step|cold] [limit seconds]
+#   bash benchmarks/gpu_run.sh [all|final|gpu|tests|memcheck|check|tune|bench|mosaic|kernels|windowed|incremental|host|hostcost|step|cold] [limit seconds]
 # `all` runs gpu (the GPU tests), memcheck, check and mosaic in that order (about 5 minutes on one H200);
 # `final` runs gpu, memcheck, check, bench and kernels (about 8 minutes: what a closing note quotes);
 # `tests` is the whole suite, CPU tests included.
@@ -32,6 +32,11 @@ run() {
       step "${2:-150}" python3 benchmarks/jax_kernel_times.py --no-profile --case 256x2048 --case 1024x2048 --case 4096x512 ;;
     # Every bench case, both JAX kernels: the chained figure beside the kernel's own duration from a profiler trace.
     kernels) step "${2:-240}" python3 benchmarks/jax_kernel_times.py ;;
+    # The JAX windowed kernels (start_cols 0 and append) over the unwindowed ones, kernel durations from a trace.
+    windowed) step "${2:-400}" python3 benchmarks/jax_windowed_kernel_times.py ;;
+    # The torch incremental step: its host time by part, then the serving-step figures.
+    incremental) step 120 python3 benchmarks/incremental_parts.py
+      step "${2:-300}" python3 -m kv_canary.cli bench --incremental --json ;;
     host) step "${2:-120}" python3 -m kv_canary.cli bench --host ;;
     # Each Pallas lowering's host work per application (chained wall clock minus device clock), beside empty kernels'.
     hostcost) step "${2:-400}" python3 benchmarks/mosaic_host_cost.py ;;
