@@ -115,6 +115,7 @@ class _SlowStreams:
             self.run(stream, len(steps))
 
     def event(self):
+        self.made = getattr(self, "made", 0) + 1
         return _SlowEvent(self)
 
 
@@ -143,7 +144,11 @@ def test_a_slow_stream_never_reads_a_slot_a_later_step_packed(monkeypatch):
 
     pool = torch.from_numpy(sentinel_pool(6, 40, seed=3))
     writer, streams = _slow_writer(monkeypatch, pool, max_requests=4, max_new_tokens=16)
+    buffers = (writer._host.data_ptr(), writer._device.data_ptr(), writer._host.numel())
     expected = _serve(writer, pool.numpy().copy(), steps=3 * _SLOTS + 1, seed=3)
+    # reserved once: the ring's buffers and its events, one per slot, made with the writer
+    assert (writer._host.data_ptr(), writer._device.data_ptr(), writer._host.numel()) == buffers
+    assert buffers[2] == _SLOTS * writer._slot_size and streams.made == _SLOTS
     # an event every _FENCE_EVERY steps; the host waits only when it laps the ring
     assert streams.records == [(0, k) for k in range(_FENCE_EVERY, 3 * _SLOTS + 1, _FENCE_EVERY)]
     assert 0 < streams.waits < 3 * _SLOTS // _FENCE_EVERY
@@ -248,8 +253,9 @@ def test_an_empty_step_writes_nothing():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_a_slow_stream_never_reads_a_staging_buffer_the_next_step_packed():
-    # The copy of step 1 waits behind a long sleep on its stream; step 2 is packed at once. Without the wait on the
-    # event, step 1's copy would read step 2's rows and tokens: rows 0-1 would keep their sentinels.
+    # The copy of step 1 waits behind a long sleep on its stream; step 2 is packed at once, into the ring's next slot:
+    # were it packed into step 1's, step 1's copy would read step 2's rows and tokens and rows 0-1 keep their
+    # sentinels (the test below laps the ring).
     pool = torch.from_numpy(sentinel_pool(8, 64, seed=7)).cuda()
     expected = pool.cpu().numpy()
     writer = IncrementalWriter(pool, max_requests=4, max_new_tokens=64)
