@@ -41,8 +41,9 @@ with ``check_values=True``).
 Reuse hazard: the copy of step ``k`` reads its staging slot after ``step`` returns, whenever the stream gets to
 it, and the launch of step ``k`` reads its device slot. A CUDA event recorded after a step marks every step queued
 before it on that stream done, so one event is recorded every ``_FENCE_EVERY`` (4) steps, half a lap of the ring,
-covering the slots used since the last one (``record`` and a ``current_stream`` cost several microseconds of host
-time each: a step records none, three in four times). Before a step packs a slot still in use, it waits on the host
+covering the slots used since the last one (``record`` costs microseconds of host time: a step records none,
+three in four times; the stream it records on is kept by its raw id, since ``torch.cuda.current_stream`` costs
+microseconds too). Before a step packs a slot still in use, it waits on the host
 (``event.synchronize()``) for the event covering the slot's last use, so neither a staging slot a copy in flight
 reads nor a device slot a kernel reads is overwritten; in a serving loop that event has long completed, and a host
 more than half a lap ahead of the stream waits for it. Steps on another stream than the slots used since the last
@@ -73,6 +74,7 @@ _ALIGN = 2
 _SLOTS = 8  # staging slots in the ring (module docstring: the reuse hazard)
 _FENCE_EVERY = 4  # steps between two recorded events: half a lap, so the host may run half a lap ahead unblocked
 _VIEWS_KEPT = 8  # (bs, count) shapes whose device views each slot keeps (module docstring)
+_STREAMS_KEPT = 8  # the Stream objects a writer keeps, by raw id, to record its events on
 
 _TOKENS_WHERE = errors.INCREMENTAL_WHERE.format(arg="new_tokens")
 
@@ -163,9 +165,19 @@ class IncrementalWriter:
         if cuda:
             index = pool_out.device.index
             self._stream_id = lambda: torch._C._cuda_getCurrentRawStream(index)  # cheap: an int, no Stream object
-            self._stream = lambda: torch.cuda.current_stream(pool_out.device)
+            streams: dict = {}  # raw stream id -> its Stream, the last _STREAMS_KEPT: ``current_stream`` costs us
+
+            def stream(raw: int):  # the current stream's object, ``raw`` its id
+                kept = streams.get(raw)
+                if kept is None:
+                    if len(streams) >= _STREAMS_KEPT:
+                        streams.clear()
+                    kept = streams[raw] = torch.cuda.current_stream(pool_out.device)
+                return kept
+
+            self._stream = stream
         else:
-            self._stream_id, self._stream = (lambda: 0), (lambda: None)
+            self._stream_id, self._stream = (lambda: 0), (lambda raw: None)
         self._next = 0  # the slot the next step packs
         self._arange = np.arange(self.max_requests + 1, dtype=np.int64)  # the offsets of one token per request
         self._offsets_each: list = [None] * self._slots  # k where the slot's offsets hold k * _arange, else None
@@ -278,7 +290,8 @@ class IncrementalWriter:
         recorded every ``_FENCE_EVERY`` steps."""
         self._busy[slot] = True
         if not self._open:
-            self._open_stream_id, self._open_stream = self._stream_id(), self._stream()
+            self._open_stream_id = raw = self._stream_id()
+            self._open_stream = self._stream(raw)
         self._open.append(slot)
         self._next = slot + 1 if slot + 1 < self._slots else 0
         if len(self._open) >= _FENCE_EVERY:

@@ -89,7 +89,7 @@ class _SlowStreams:
 
         self.writer, self.launch = writer, incremental.launch_scatter_req_token_ids_kernel
         writer._stream_id = lambda: self.current
-        writer._stream = lambda: self.current  # a fake stream object: its id
+        writer._stream = lambda raw: raw  # a fake stream object: its id
 
         def queue(**kw):
             slot = (kw["offsets"].data_ptr() - writer._device.data_ptr()) // 8 // writer._slot_size
