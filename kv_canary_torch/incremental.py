@@ -1,18 +1,18 @@
 """The incremental serving step: each request's new tokens written at its current length, one copy and one launch.
 
-Contract: ``IncrementalWriter(pool_out, max_requests, max_new_tokens, *, backend="auto")`` reserves, once, one
-int64 staging buffer on the host (page-locked when ``pool_out`` is a CUDA tensor) and one int64 buffer on
+Contract: ``IncrementalWriter(pool_out, max_requests, max_new_tokens, *, backend="auto", new_event=None)`` reserves,
+once, one int64 staging buffer on the host (page-locked when ``pool_out`` is a CUDA tensor) and one int64 buffer on
 ``pool_out``'s device, each a ring of ``_SLOTS`` (8) slots (one slot off CUDA), each slot holding the launch's four
-inputs for up to ``max_requests`` requests and ``max_new_tokens`` tokens (``8 * (3 * max_requests + max_new_tokens)``
-int64 in each buffer). ``step(new_tokens, rows, start_cols)`` then, for request ``r`` of this step, writes
-``new_tokens[r]`` into row ``rows[r]`` of ``pool_out`` from column ``start_cols[r]`` (the launcher's windowed
-write, ``shared_spec.reference``): it packs the flat tokens, the offsets (a cumulative sum of the lengths), the
-rows and the first columns into the next staging slot, copies the used part of it to the same slot of the device
-buffer in one ``non_blocking`` copy on the current stream, and launches once on views of the device slot. No tensor
-is allocated per step: the device views of a slot's ``(bs, count)`` are made once and kept (the last 8 shapes per
-slot), so a repeated shape runs one torch op, the copy, before the launch. ``rows`` and ``start_cols`` are
-sequences of ints, 1-D integer numpy arrays or CPU tensors of ``bs`` entries (numpy arrays and tensors cost one
-copy; a list costs a conversion per element).
+inputs for up to ``max_requests`` requests and ``max_new_tokens`` tokens (about ``8 * (3 * max_requests +
+max_new_tokens)`` int64 in each buffer). ``step(new_tokens, rows, start_cols)`` then, for request ``r`` of this step,
+writes ``new_tokens[r]`` into row ``rows[r]`` of ``pool_out`` from column ``start_cols[r]`` (the launcher's windowed
+write, ``shared_spec.reference``): it packs the flat tokens, the offsets (a cumulative sum of the lengths), the rows
+and the first columns into the next staging slot, copies the used part of it to the same slot of the device buffer in
+one ``non_blocking`` copy on the current stream, and launches once on views of the device slot. No tensor is
+allocated per step: the device views of a slot's ``(bs, count)`` are made once and kept (the last 8 shapes per slot),
+so a repeated shape runs one torch op, the copy, before the launch. ``rows`` and ``start_cols`` are sequences of
+ints, 1-D integer numpy arrays or CPU tensors of ``bs`` entries (numpy arrays and tensors cost one copy; a list costs
+a conversion per element).
 
 Two forms of the new tokens, one packing path each:
 
@@ -30,9 +30,9 @@ step copies and writes its new tokens alone, never the whole context.
 
 Errors (nothing is written, and the buffers keep no half-packed step that a launch could read): more requests
 than ``max_requests`` (``errors.INCREMENTAL_TOO_MANY_REQUESTS``), more tokens than ``max_new_tokens``
-(``INCREMENTAL_TOO_MANY_TOKENS``), ``rows`` or ``start_cols`` that are not one 1-D integer sequence (``INCREMENTAL_NOT_INTS``) or of another length
-(``INCREMENTAL_LENGTHS``), an
-entry that is not token ids or a token id no int64 holds (``pack_token_ids``' messages, naming ``new_tokens``);
+(``INCREMENTAL_TOO_MANY_TOKENS``), ``rows`` or ``start_cols`` that are not one 1-D integer sequence
+(``INCREMENTAL_NOT_INTS``) or of another length (``INCREMENTAL_LENGTHS``), an entry that is not token ids or a token
+id no int64 holds (``pack_token_ids``' messages, naming ``new_tokens``);
 in the flat form ``lengths`` that is not an int >= 1 nor counts >= 0 (``INCREMENTAL_FLAT_LENGTHS``) or that does
 not cut ``new_tokens`` (``INCREMENTAL_FLAT_COUNT``), flat tokens that are not one 1-D sequence
 (``INCREMENTAL_NOT_INTS``); then the launcher's own checks (a row outside the pool, a negative first column, ...
@@ -130,7 +130,7 @@ def _refuse_ints(values, array, name: str, bs: int):
 
 
 class IncrementalWriter:
-    """A ring of staging slots in one pinned and one device buffer, one copy and one launch per step (module docstring)."""
+    """A ring of staging slots in one pinned and one device buffer; one copy and one launch a step (module docstring)."""
 
     def __init__(self, pool_out: torch.Tensor, max_requests: int, max_new_tokens: int, *, backend: str = "auto",
                  new_event=None):
