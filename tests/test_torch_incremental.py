@@ -173,6 +173,27 @@ def test_steps_that_change_stream_close_the_last_ones_with_an_event_on_their_str
     assert_same_pool(pool.numpy(), expected)
 
 
+@property_settings(40)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 3), st.integers(0, 15)), min_size=1, max_size=40))
+def test_any_order_of_streams_and_waits_never_packs_a_slot_in_use(plan):
+    # plan: per step (its stream, its requests, 0 where the host then waits for every stream: rarely, so most plans
+    # lap the ring with steps in flight)
+    pool_np = sentinel_pool(4, 64, seed=15)
+    pool = torch.from_numpy(pool_np.copy())
+    expected = pool_np
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        writer, streams = _slow_writer(monkeypatch, pool, max_requests=3, max_new_tokens=3)
+        for step, (stream, bs, drain) in enumerate(plan):
+            streams.current = stream
+            rows, new = [0, 1, 3][:bs], [100 * step + r for r in range(bs)]
+            writer.step(new, np.array(rows), np.full(bs, step, np.int64), lengths=1)
+            expected = _reference_step(expected, [[t] for t in new], rows, [step] * bs)
+            if drain == 0:
+                streams.drain()
+        streams.drain()
+    assert_same_pool(pool.numpy(), expected)
+
+
 def test_a_refused_launch_keeps_its_slot_in_use_until_an_event_covers_it(monkeypatch):
     pool = torch.from_numpy(sentinel_pool(3, 6, seed=4))
     writer, streams = _slow_writer(monkeypatch, pool, max_requests=2, max_new_tokens=4)
