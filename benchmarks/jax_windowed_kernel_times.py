@@ -92,15 +92,15 @@ def smoke(implementations) -> int:
     return 1 if failed else 0
 
 
-def measure(inputs: dict, case: str, implementation: str, rounds: int, calls: int) -> dict:
+def measure(inputs: dict, case: str, implementation: str, rounds: int, calls: int, interpret: bool = False) -> dict:
     """``{variant: {"kernel": [us per round], "chain": [us per round]}}`` of one case (``variant_inputs``) and
-    implementation."""
+    implementation; NaN where the trace holds no kernel (``interpret``: the interpreter runs none, the CPU test's)."""
     import jax
 
     chains = {}
     for name, (flat_in, offsets, rows, cols, pool, expected) in inputs.items():
         args = device_args(flat_in, offsets, rows, cols)
-        fns, _ = jax_chain(applier(implementation, cols is not None, interpret=False), args, pool, expected,
+        fns, _ = jax_chain(applier(implementation, cols is not None, interpret), args, pool, expected,
                            f"{case} {implementation} {name}")
         chains[name] = (fns[CHAIN], args, pool, expected)
 

@@ -52,3 +52,11 @@ def test_the_ratios_pair_each_round_and_take_the_median():
     assert row == "| 64x8192 | 524288 | mosaic | 10.00 | 11.00 | 1.050 | 1.100 | 10.00 | 1.000 | 1.000 |"
     assert len(row.split("|")) == len(times.HEADER.splitlines()[0].split("|"))
     assert math.isnan(times.ratios({"unwindowed": {"kernel": []}, "zeros": {"kernel": []}}, "zeros", "kernel"))
+
+
+def test_measure_chains_checks_and_traces_every_variant_in_rounds():
+    # In the interpreter no GPU kernel runs, so every figure is NaN; the chains, their checks and the rounds run.
+    figures = times.measure(times.variant_inputs(times.SMOKE_CASE), times.SMOKE_CASE, "pallas", rounds=2, calls=1,
+                            interpret=True)
+    assert set(figures) == set(times.VARIANTS)
+    assert all(len(f["kernel"]) == len(f["chain"]) == 2 and all(map(math.isnan, f["kernel"])) for f in figures.values())
