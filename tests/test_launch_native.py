@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
 import struct
 import subprocess
 import sys
@@ -25,7 +24,7 @@ import torch
 
 from kv_canary.platform import cuda_available
 from kv_canary_torch.launch import native, plan as launch_plan
-from tests.torch_support import native_module
+from tests.torch_support import native_module, shared_native_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -546,3 +545,36 @@ def test_the_call_path_takes_its_configuration_by_name(c_module):
         c_module.configure(**dict(config, rule=dict(config["rule"], tiled_slot=launch_plan.LOOP_SLOT)))
     with pytest.raises(TypeError):
         c_module.configure(**dict(config, rule=(1, 2, 3)))
+
+
+# A fresh process (the driver, once loaded, stays for the process): the piece without a driver, then a library that
+# is no driver.
+NO_DRIVER = """
+import pathlib, sys, torch
+from types import SimpleNamespace
+from kv_canary_torch.launch import native, plan as launch_plan
+c = native.load_module(pathlib.Path(sys.argv[1]))
+memo = {}
+c.configure(memo=memo, tensor_type=torch.Tensor, hooks=None, raw_stream=lambda device: 0, current_device=None,
+            rule=launch_plan.native_config())
+args = (torch.zeros(100, dtype=torch.int64), torch.zeros(3, dtype=torch.int64), torch.zeros(2, dtype=torch.int64),
+        torch.zeros(4, 50, dtype=torch.int32))
+sig = c.signature("auto", *args)
+memo[sig] = [c.bind(0x1234, 64, 0, 8, 0, None)] * launch_plan.SLOTS
+assert c.call("auto", *args) == sig and c.served() == 0  # no driver: declined, its signature back
+for library in ("/nonexistent/libcuda.so.1", "libc.so.6"):  # absent; present without the driver's functions
+    try:
+        c.load_driver(library)
+    except OSError as error:
+        print("refused:", error)
+print("declined")
+"""
+
+
+def test_without_a_driver_nothing_is_launched_and_a_library_that_is_none_is_refused(tmp_path_factory):
+    path = native.build(shared_native_cache(tmp_path_factory))
+    done = subprocess.run([sys.executable, "-c", NO_DRIVER, str(path)], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "declined" and len([line for line in lines if line.startswith("refused:")]) == 2, lines
