@@ -22,7 +22,7 @@ A process's calls follow ``bench_host``'s ``new_n`` pattern (a new
 before the first call), each timed by ``time.perf_counter_ns`` with no sync
 between calls (a sync every ``SYNC_EVERY`` calls, untimed, so that the launch
 queue never fills). Per process: the first call's time (on a machine that
-never ran this, it holds the native pieces' build), the median of the calls
+never ran this, it holds the native piece's build), the median of the calls
 ``--early`` (3 to 50, counted from 1), the settled figure (the median of the
 calls ``--settled``, 1000 to 2000), how many calls the call path served, why
 it is off if it is; per case, the partial builds left in the cache folder
@@ -62,7 +62,7 @@ def child(calls: int, seconds: float) -> dict:
     import torch
 
     from kv_canary_torch import launch_scatter_req_token_ids_kernel
-    from kv_canary_torch.launch import dispatch, native, tensor_meta
+    from kv_canary_torch.launch import dispatch, native
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     host = bench_host.steps("new_n", calls)
@@ -93,9 +93,9 @@ def child(calls: int, seconds: float) -> dict:
     return {
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "times_ns": times, "calls_after": more,
-        "call_path_on": dispatch._signature is not None,
+        "call_path_on": dispatch._c is not None,
         "call_path_calls": c.served() if c is not None else 0,
-        "why_off": (native.unavailable_reason() or tensor_meta.unavailable_reason()) if device == "cuda"
+        "why_off": native.unavailable_reason() if device == "cuda"
                    else "no CUDA device (the kernel interpreted)",
     }
 

@@ -397,7 +397,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=1,
                         help="run (and check) every launch this many times: with 2 the torch launcher's second call of "
-                             "each shape takes the C launcher (kv_canary_torch.launch.native) bound at the first, or its call path")
+                             "each shape takes the call path (kv_canary_torch.launch.native), its kernel bound at the first")
     parser.add_argument("--kernels", nargs="+", choices=sorted(set(CPU_KERNELS)),
                         default=list(GPU_KERNELS if GPU else CPU_KERNELS))
     args = parser.parse_args(argv)

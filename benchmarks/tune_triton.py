@@ -349,7 +349,7 @@ def launch_library(flat_in, offsets, rows, pool, block, warps):
     wide = width * max(pool.stride(1), flat_in.stride(0), 1) >= 2**31 or width + lanes * block >= 2**31
     k.scatter_req_token_ids_kernel[(bs, lanes)](
         flat_in, offsets, rows, pool, n_tokens, n_rows, width, flat_in.stride(0), offsets.stride(0), rows.stride(0),
-        pool.stride(0), pool.stride(1), None, None, BLOCK=block, WIDE=wide, STREAM=False,
+        pool.stride(0), pool.stride(1), None, None, BLOCK=block, WIDE=wide,
         UNIT=flat_in.stride(0) == 1 and pool.stride(1) == 1, DENSE=offsets.stride(0) == 1 and rows.stride(0) == 1,
         ONE=lanes * block >= longest, WINDOWED=False, num_warps=warps,
     )

@@ -25,13 +25,12 @@ round. Timed the same way, interleaved round by round with the launcher:
   its Python checks, then ``kernel[grid](...)`` of the per-request-tile
   baseline), over the same inputs;
 - ``checked``: this launcher with its call path off (``dispatch.without_call_path``):
-  every call checked in Python, then the C launch: what the call path buys.
+  every call checked in Python, then Triton's launch: what the call path buys.
 
-Two more columns come from child processes, since each switch is read once
-at first use: the launcher with ``KV_CANARY_TENSOR_READER=0`` (no C++ tensor
-reader, hence no call path: the checked path with the C launch) and with
-``KV_CANARY_C_LAUNCHER=0`` (no C launcher: the checked path and Triton's
-generic launch). ``first_call_us``: the median of ``new_n`` minus that of
+One more column comes from a child process, since the switch is read once at
+first use: the launcher with ``KV_CANARY_C_LAUNCHER=0`` (no native piece, as
+on a machine without a C++ compiler: every call the checked path and
+Triton's launch). ``first_call_us``: the median of ``new_n`` minus that of
 ``repeat``: what a call of a shape never seen before costs over a repeat.
 
 Before timing, every pattern is run once with a check of each call's pool
@@ -62,7 +61,7 @@ ROUNDS = 7
 DISTINCT_SHAPES = 100_000
 PATTERNS = ("new_n", "new_bs_n", "repeat")
 CHILD = "--host-child"
-SWITCHES = {"no_reader": "KV_CANARY_TENSOR_READER", "no_c_launcher": "KV_CANARY_C_LAUNCHER"}
+SWITCHES = {"no_c_launcher": "KV_CANARY_C_LAUNCHER"}
 
 
 def steps(pattern: str, count: int, seed: int = 0):
@@ -212,8 +211,7 @@ COLUMNS = (
     ("launcher", "this launcher"),
     ("torch_op", "one torch op (pool.add_(0))"),
     ("sglang", "sglang's launch (kernel[grid])"),
-    ("checked", "call path off (checked path, C launch)"),
-    ("no_reader", "KV_CANARY_TENSOR_READER=0"),
+    ("checked", "call path off (checked path, Triton's launch)"),
     ("no_c_launcher", "KV_CANARY_C_LAUNCHER=0"),
 )
 PATTERN_TITLES = {"new_n": "(a) a new len(flat_in) every call", "new_bs_n": "(b) bs and N change every call",

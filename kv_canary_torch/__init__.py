@@ -11,8 +11,8 @@ Modules: ``checks`` (argument checks), ``backends`` (choosing one),
 (vectorized torch), ``values`` (checked mode), ``op`` (the implementation and
 its torch.library op), ``conformance`` (runners for ``shared_spec.conformance``);
 ``launch/``, the Triton kernels' host side: the launch rule (``plan``), each
-launch and the remembered-call path (``dispatch``), the C launcher
-(``native``) and the C++ tensor reader (``tensor_meta``).
+launch and the remembered-call path (``dispatch``) and its native piece
+(``native``: ``native.cpp``).
 """
 
 from kv_canary_torch.backends import BACKENDS

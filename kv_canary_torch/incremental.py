@@ -68,7 +68,7 @@ from kv_canary_torch.packing import _as_ids
 from shared_spec import errors
 
 # Each region of the buffers starts on a 16-byte boundary (an even int64 index): the views' pointers are aligned as
-# the kernels' Triton specialization and the C launcher want them, the same compiled variant every step.
+# the kernels' Triton specialization and the call path want them, the same compiled variant every step.
 _ALIGN = 2
 
 _SLOTS = 8  # staging slots in the ring (module docstring: the reuse hazard)

@@ -88,8 +88,11 @@ def launch_scatter_req_token_ids_kernel(
     if _is_compiling():
         _compiled(flat_in, offsets, req_pool_indices, pool_out, start_cols, check_values, backend)
         return
-    if check_values is False and dispatch.call_bound(backend, flat_in, offsets, req_pool_indices, pool_out, start_cols):
-        return
+    signature = None
+    if check_values is False:
+        signature = dispatch.call_bound(backend, flat_in, offsets, req_pool_indices, pool_out, start_cols)
+        if signature is True:
+            return
     if not fast_check(flat_in, offsets, req_pool_indices, pool_out, start_cols):
         # A failing check raises here; another framework's arrays come back as tensors.
         flat_in, offsets, req_pool_indices, pool_out, start_cols = adopt_arguments(
@@ -100,7 +103,7 @@ def launch_scatter_req_token_ids_kernel(
         check_values = require_bool("check_values", check_values)
     _run(flat_in, offsets, req_pool_indices, pool_out, check_values, implementation, start_cols)
     if implementation == _TRITON and check_values is False:
-        dispatch.remember_call(backend, flat_in, offsets, req_pool_indices, pool_out, start_cols)
+        dispatch.remember_call(signature, backend, flat_in, offsets, req_pool_indices, pool_out, start_cols)
 
 
 def _compiled(flat_in, offsets, req_pool_indices, pool_out, start_cols, check_values, backend) -> None:

@@ -177,7 +177,6 @@ def scatter_req_token_ids_kernel(
     start_cols_stride,  # None unless WINDOWED (a stride of 1 Triton specializes to a constant)
     BLOCK: tl.constexpr,  # columns per tile
     WIDE: tl.constexpr,  # column offsets need int64 (C * stride or C + lanes * BLOCK >= 2**31)
-    STREAM: tl.constexpr,  # streaming cache hints: each byte is touched once
     UNIT: tl.constexpr,  # flat_stride == stride_col == 1: addresses are a base plus the lane's offsets
     DENSE: tl.constexpr,  # offsets_stride == rows_stride == 1: the request's scalars at request and request + 1
     ONE: tl.constexpr,  # lanes * BLOCK >= min(C, N): a window from column 0 gives each lane one tile at most
@@ -198,21 +197,21 @@ def scatter_req_token_ids_kernel(
         if in_order(start, end, n_tokens) & (first_col >= 0):
             lanes_copy(flat_in_ptr, rows_ptr + request * rows_stride, n_rows, shifted(pool_ptr, shift, stride_col, UNIT),
                        stride_row, start, start - start, tl.minimum(end - start, width - shift), flat_stride,
-                       stride_col, BLOCK, WIDE, STREAM, UNIT, True, ONE)
+                       stride_col, BLOCK, WIDE, UNIT, True, ONE)
         else:
             base, lo, hi, shift = windowed_window(start, end, first_col, width, n_tokens)
             lanes_copy(flat_in_ptr, rows_ptr + request * rows_stride, n_rows, shifted(pool_ptr, shift, stride_col, UNIT),
-                       stride_row, base, lo, hi, flat_stride, stride_col, BLOCK, WIDE, STREAM, UNIT, False, False)
+                       stride_row, base, lo, hi, flat_stride, stride_col, BLOCK, WIDE, UNIT, False, False)
     # Two copies of the tile loop: the usual window starts at column 0 (no lower bound to mask, no division to
     # find the first tile, and one tile per lane where ONE), any other one is clipped first.
     elif in_order(start, end, n_tokens):
         base, lo, hi = ordered_window(start, end, width)
         lanes_copy(flat_in_ptr, rows_ptr + request * rows_stride, n_rows, pool_ptr, stride_row, base, lo, hi,
-                   flat_stride, stride_col, BLOCK, WIDE, STREAM, UNIT, True, ONE)
+                   flat_stride, stride_col, BLOCK, WIDE, UNIT, True, ONE)
     else:
         base, lo, hi = clipped_window(start, end, width, n_tokens)
         lanes_copy(flat_in_ptr, rows_ptr + request * rows_stride, n_rows, pool_ptr, stride_row, base, lo, hi,
-                   flat_stride, stride_col, BLOCK, WIDE, STREAM, UNIT, False, False)
+                   flat_stride, stride_col, BLOCK, WIDE, UNIT, False, False)
 
 
 @triton.jit
@@ -228,7 +227,7 @@ def shifted(pool_ptr, shift, stride_col, UNIT: tl.constexpr):
 
 @triton.jit
 def lanes_copy(flat_in_ptr, row_at, n_rows, pool_ptr, stride_row, base, lo, hi, flat_stride, stride_col,
-               BLOCK: tl.constexpr, WIDE: tl.constexpr, STREAM: tl.constexpr, UNIT: tl.constexpr,
+               BLOCK: tl.constexpr, WIDE: tl.constexpr, UNIT: tl.constexpr,
                FROM_ZERO: tl.constexpr, ONE: tl.constexpr):
     """This program's lane of ``pool[row, j] = int32(flat_in[base + j])`` for ``lo <= j < hi`` (``lo == 0`` when
     ``FROM_ZERO``), ``row = *row_at`` written only where it is in ``[0, n_rows)``.
@@ -260,23 +259,22 @@ def lanes_copy(flat_in_ptr, row_at, n_rows, pool_ptr, stride_row, base, lo, hi, 
         else:
             flat_row = flat_in_ptr + base * flat_stride
         if ONE:
-            copy_tile(flat_row, pool_row, first, lo_c, hi_c, stored_hi, flat_stride, stride_col, BLOCK, STREAM, UNIT,
-                      FROM_ZERO)
+            copy_tile(flat_row, pool_row, first, lo_c, hi_c, stored_hi, flat_stride, stride_col, BLOCK, UNIT, FROM_ZERO)
         elif WHILE_LOOP:
             tile = first
             while tile < hi_c:
-                copy_tile(flat_row, pool_row, tile, lo_c, hi_c, stored_hi, flat_stride, stride_col, BLOCK, STREAM,
-                          UNIT, FROM_ZERO)
+                copy_tile(flat_row, pool_row, tile, lo_c, hi_c, stored_hi, flat_stride, stride_col, BLOCK, UNIT,
+                          FROM_ZERO)
                 tile += tl.num_programs(1) * BLOCK
         else:
             for tile in range(first, hi_c, tl.num_programs(1) * BLOCK):
-                copy_tile(flat_row, pool_row, tile, lo_c, hi_c, stored_hi, flat_stride, stride_col, BLOCK, STREAM,
-                          UNIT, FROM_ZERO)
+                copy_tile(flat_row, pool_row, tile, lo_c, hi_c, stored_hi, flat_stride, stride_col, BLOCK, UNIT,
+                          FROM_ZERO)
 
 
 @triton.jit
 def copy_tile(flat_row, pool_row, tile, lo_c, hi_c, stored_hi, flat_stride, stride_col, BLOCK: tl.constexpr,
-              STREAM: tl.constexpr, UNIT: tl.constexpr, FROM_ZERO: tl.constexpr):
+              UNIT: tl.constexpr, FROM_ZERO: tl.constexpr):
     """Columns ``tile + [0, BLOCK)`` of the window ``[lo_c, hi_c)``: loads its tokens, stores ``pool_row[j] =
     int32(flat_row[j])`` for those below ``stored_hi`` (``hi_c``, or 0 for a row outside the pool)."""
     cols = tile + tl.arange(0, BLOCK)
@@ -292,12 +290,8 @@ def copy_tile(flat_row, pool_row, tile, lo_c, hi_c, stored_hi, flat_stride, stri
     else:
         flat_at = flat_row + cols * flat_stride
         pool_at = pool_row + cols * stride_col
-    if STREAM:
-        ids = tl.load(flat_at, mask=loaded, eviction_policy="evict_first")
-        tl.store(pool_at, ids.to(tl.int32), mask=stored, cache_modifier=".cs")
-    else:
-        ids = tl.load(flat_at, mask=loaded)
-        tl.store(pool_at, ids.to(tl.int32), mask=stored)
+    ids = tl.load(flat_at, mask=loaded)
+    tl.store(pool_at, ids.to(tl.int32), mask=stored)
 
 
 @triton.jit(do_not_specialize=["n_tokens", "n_rows", "width", "offsets_stride", "rows_stride", "stride_row"])

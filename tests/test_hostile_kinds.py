@@ -7,7 +7,7 @@ pool as it was. Here: tensors that are not plain strided memory (sparse,
 nested, meta, lazily negated or conjugated views), numpy masked arrays and
 zero-itemsize pools, deleted JAX arrays, inference pools, tensors inside a
 ``torch.func`` transform, and ``backend=``/``implementation=`` values that are
-not names. The last test runs the same families through the C launcher's
+not names. The last test runs the same families through the native piece's
 remembered-signature path on a GPU.
 """
 
@@ -503,17 +503,18 @@ def test_str_subclasses_and_sequences_of_names_still_choose():
 
 # -- on the GPU: a remembered signature never lets a refused input through ----------------------
 
-# Each family: a valid CUDA call twice (the second goes through the C launcher's remembered
+# Each family: a valid CUDA call twice (the second goes through the native piece's remembered
 # signature), then the same signature with an input that must be refused, which must raise the
-# spec's error and leave the pool as it was. Run once with the C++ tensor reader (the call path) and once
-# without it (KV_CANARY_TENSOR_READER=0: no call path, every call checked).
+# spec's error and leave the pool as it was. Run once with the native piece (the call path) and once
+# without it (KV_CANARY_C_LAUNCHER=0: no native piece, no call path, every call checked).
 _REMEMBERED_SIGNATURE = textwrap.dedent(
     """
     import numpy as np, torch
     from kv_canary_torch import launch_scatter_req_token_ids_kernel as launch
     import os
     from kv_canary_torch.launch import native
-    with_reader = os.environ.get("KV_CANARY_TENSOR_READER") != "0"
+    with_native = os.environ.get("KV_CANARY_C_LAUNCHER") != "0"
+    served_calls = lambda: native.module().served() if with_native else 0
     from kv_canary_arrays.describe import torch_backed
     from shared_spec import errors, scatter_reference
     from tests.strategies import sentinel_pool
@@ -541,14 +542,14 @@ _REMEMBERED_SIGNATURE = textwrap.dedent(
             assert torch.equal(pool.resolve_neg(), before), message
 
     def remember():
-        served = native.module().served()
+        served = served_calls()
         for _ in range(3):  # the first call remembers the signature; the next ones take the call path
             pool = fresh()
             call(pool_out=pool)
             assert (pool.cpu().numpy() == expected).all()
-        assert native.module().served() - served >= (2 if with_reader else 0)
+        assert served_calls() - served >= (2 if with_native else 0)
 
-    call(pool_out=fresh())  # compiles and binds the kernel, which loads the C++ reader: the next calls take the call path
+    call(pool_out=fresh())  # compiles the kernel, loads the native piece and binds it: the next calls take the call path
     remember()
     with torch.inference_mode():
         inference_pool = fresh()
@@ -594,15 +595,15 @@ _REMEMBERED_SIGNATURE = textwrap.dedent(
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("reader", ["tensor-reader", "no-reader"])
-def test_the_remembered_signature_path_refuses_what_the_checks_refuse(reader):
+@pytest.mark.parametrize("native", ["native", "no-native"])
+def test_the_remembered_signature_path_refuses_what_the_checks_refuse(native):
     from kv_canary_arrays.frameworks import cuda_available
 
     if not cuda_available():
         pytest.skip("needs a CUDA GPU")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    if reader == "no-reader":
-        env["KV_CANARY_TENSOR_READER"] = "0"
+    if native == "no-native":
+        env["KV_CANARY_C_LAUNCHER"] = "0"
     done = subprocess.run([sys.executable, "-c", _REMEMBERED_SIGNATURE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     assert "families ok" in done.stdout

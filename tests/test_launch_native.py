@@ -1,14 +1,17 @@
-"""The C half of the launch (``kv_canary_torch.launch.native``): its parameter layout, its refusals, its call path.
+"""The launcher's native piece (``kv_canary_torch.launch.native``): its refusals, its signature, its call path.
 
-Runs on a CPU machine: the C module is built and its packing and planning
-checked without a driver, and the kernels' PTX entries come from compiling
-them for sm_90. What only a GPU can show (the launch itself, graphs, threads)
-is in test_torch_gpu.py; the launch rule's C twin against the Python rule is
-in test_launch_plan.py; how the native pieces are built and loaded, in test_native_build.py.
+Runs on a CPU machine: the piece is built, and its ``call`` launches through a
+stand-in driver (``FAKE_DRIVER``, loaded with ``load_driver``) that records
+each launch, so that the parameters, grid, stream and every decline are
+checked without a GPU; the kernels' PTX entries come from compiling them for
+sm_90. What only a GPU can show (the launch itself, graphs, threads) is in
+test_torch_gpu.py; the native rule against the Python rule is in
+test_launch_plan.py; how the piece is built and loaded, in test_native_build.py.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import struct
 import subprocess
@@ -20,61 +23,24 @@ import pytest
 import torch
 
 from kv_canary.platform import cuda_available
-from kv_canary_torch.launch import native, plan as launch_plan, tensor_meta
+from kv_canary_torch.launch import native, plan as launch_plan
+from tests.torch_support import native_module, shared_native_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
 def c_module(tmp_path_factory):
-    return native.load_module(native.build(tmp_path_factory.mktemp("cache")))
+    return native_module(tmp_path_factory)
 
 
 def kernel(c, n_ints=8, n_scratch=2, function=0x1234, threads=64, n_window=0):
     return c.bind(function, threads, 0, n_ints, n_scratch, "owner", n_window)
 
 
-POINTERS = (1, 2**40 + 3, 0, 2**64 - 1)
-
-
-def test_the_slots_hold_the_pointers_the_ints_then_null_scratch(c_module):
-    slots = c_module.pack(kernel(c_module), *POINTERS, 7, -1, 0, 2**31 - 1, -(2**31), 5, 6, 8)
-    assert len(slots) == 8 * (4 + 8 + 2)
-    words = struct.unpack("<14Q", slots)
-    assert words[:4] == POINTERS
-    ints = [struct.unpack("<i", slots[8 * i:8 * i + 4])[0] for i in range(4, 12)]
-    assert ints == [7, -1, 0, 2**31 - 1, -(2**31), 5, 6, 8]
-    assert all(words[i] >> 32 == 0 for i in range(4, 12))  # a 4-byte int fills its slot's first bytes only
-    assert words[12:] == (0, 0)  # the scratch pointers, null
-
-
-def test_a_windowed_kernels_start_cols_pointer_follows_the_ints(c_module):
-    slots = c_module.pack(kernel(c_module, n_ints=2, n_window=1), *POINTERS, 7, -1, 2**48 + 16)
-    words = struct.unpack("<9Q", slots)
-    assert words[:4] == POINTERS and words[6] == 2**48 + 16 and words[7:] == (0, 0)
-    assert [struct.unpack("<i", slots[8 * i:8 * i + 4])[0] for i in (4, 5)] == [7, -1]
-    with pytest.raises(TypeError):  # the window pointer missing
-        c_module.pack(kernel(c_module, n_ints=2, n_window=1), *POINTERS, 7, -1)
-    with pytest.raises(ValueError):
-        kernel(c_module, n_window=2)
-
-
 @pytest.mark.parametrize(
     "call, error",
     [
-        (lambda c: c.pack(kernel(c, 1), 1, 2, 3), TypeError),  # a pointer short
-        (lambda c: c.pack(kernel(c, 1), 1, 2, 3, 4), TypeError),  # the int missing
-        (lambda c: c.pack(kernel(c, 1), 1, 2, 3, 4, 5, 6), TypeError),  # an int too many
-        (lambda c: c.pack(kernel(c, 1), 1, 2, 3, -1, 0), OverflowError),
-        (lambda c: c.pack(kernel(c, 1), 1, 2, 3, 2**64, 0), OverflowError),
-        (lambda c: c.pack(kernel(c, 1), 1, 2, 3, 1.5, 0), TypeError),
-        (lambda c: c.pack(kernel(c, 1), 1, 2, 3, 4, 2**31), OverflowError),
-        (lambda c: c.pack(kernel(c, 1), 1, 2, 3, 4, -(2**31) - 1), OverflowError),
-        (lambda c: c.pack("not a kernel", 1, 2, 3, 4), ValueError),
-        (lambda c: c.pack(), TypeError),
-        (lambda c: c.launch(kernel(c, 0), 0, 1, 0, 1, 2, 3, 4), ValueError),  # grid_x 0
-        (lambda c: c.launch(kernel(c, 0), 2**31, 1, 0, 1, 2, 3, 4), ValueError),
-        (lambda c: c.launch(kernel(c, 0), 1, 65536, 0, 1, 2, 3, 4), ValueError),  # past grid axis 1
         (lambda c: kernel(c, n_ints=9), ValueError),
         (lambda c: kernel(c, n_scratch=3), ValueError),
         (lambda c: kernel(c, n_ints=-1), ValueError),
@@ -88,20 +54,16 @@ def test_what_does_not_fit_is_refused(c_module, call, error):
         call(c_module)
 
 
-@pytest.mark.skipif(cuda_available(), reason="with a driver loaded a launch would run")
-def test_no_launch_without_a_driver(c_module):
-    with pytest.raises(OSError, match="libcuda"):
-        c_module.load_driver()
-    with pytest.raises(RuntimeError, match="not loaded"):
-        c_module.launch(kernel(c_module, 0), 1, 1, 0, 1, 2, 3, 4)
-
-
 def test_unavailable_means_triton_keeps_launching(monkeypatch):
     for name, value in (("_tried", False), ("_module", None), ("_reason", None)):
         monkeypatch.setattr(native, name, value)
     monkeypatch.setenv(native.DISABLE, "0")
     assert native.module() is None and native.unavailable_reason() == "KV_CANARY_C_LAUNCHER=0"
-    assert native.bind(SimpleNamespace(metadata=PLAIN), 2) is None
+
+
+def test_a_kernel_that_needs_more_than_a_plain_launch_is_not_bound(c_module):
+    assert native.bind(c_module, SimpleNamespace(metadata=SimpleNamespace(**{**vars(PLAIN), "num_ctas": 2})), 2) is None
+    assert native.bind(c_module, SimpleNamespace(metadata=PLAIN, asm={}), 2) is None  # no PTX to read
 
 
 PLAIN = SimpleNamespace(name="k", num_warps=4, shared=0, global_scratch_size=0, profile_scratch_size=0, num_ctas=1,
@@ -156,7 +118,7 @@ def test_the_layout_must_be_four_pointers_the_ints_and_scratch(sizes, n_ints, sc
 
 
 # Both kernels compiled for sm_90 as the launcher's plans launch them (i32 ints, 16-byte aligned pointers): the
-# C launcher takes each of them, with the plan's ints. A fresh process: this one may run Triton interpreted.
+# native piece takes each of them, with the plan's ints. A fresh process: this one may run Triton interpreted.
 KERNELS_BIND = """
 import triton
 from triton.backends.compiler import GPUTarget
@@ -168,20 +130,20 @@ pointers = dict(flat_in_ptr="*i64", offsets_ptr="*i64", rows_ptr="*i64", pool_pt
 for bs, width, n_tokens, flat_stride, kind in ((1024, 4097, 1024 * 4096, 1, launch_plan.TILED),
                                                (1024, 4097, 1024 * 4096, 2, launch_plan.LANES), (4, 33, 100, 1, launch_plan.LANES)):
     plan = launch_plan.plan(bs, n_tokens, bs + 1, width, width, 1, flat_stride, 1, 1, 0)
-    assert plan.kernel == kind and plan.small_ints
-    fn = k.scatter_req_token_ids_tiled_kernel if kind == launch_plan.TILED else k.scatter_req_token_ids_kernel
-    constexpr_names = launch_plan.TILED_CONSTEXPRS if kind == launch_plan.TILED else launch_plan.LANES_CONSTEXPRS
+    assert plan.tiled is (kind == launch_plan.TILED) and plan.small_ints
+    fn = k.scatter_req_token_ids_tiled_kernel if plan.tiled else k.scatter_req_token_ids_kernel
+    constexpr_names = launch_plan.TILED_CONSTEXPRS if plan.tiled else launch_plan.LANES_CONSTEXPRS
     window = ("start_cols_ptr", "start_cols_stride")  # None unwindowed: constants Triton folds away, no parameter
     names = [n for n in fn.arg_names if n not in pointers and n not in constexpr_names and n not in window]
     constexprs = dict(zip(constexpr_names, plan.constexprs), **dict.fromkeys(window))
     signature = dict(pointers, **{n: "i32" for n in names}, **{n: "constexpr" for n in constexprs})
     source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=aligned)
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": plan.shape[1]})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": plan.warps})
     assert len(names) == len(plan.ints), (names, plan.ints)
     sizes = native.entry_params(compiled.asm["ptx"], compiled.metadata.name)
     assert native.plain_launch(compiled.metadata), compiled.metadata
     assert native.layout(sizes, len(plan.ints)) is not None, sizes
-    assert f".reqntid {32 * plan.shape[1]}" in compiled.asm["ptx"]  # the threads the launcher gives it
+    assert f".reqntid {32 * plan.warps}" in compiled.asm["ptx"]  # the threads the launcher gives it
 print("bindable")
 """
 @pytest.mark.skipif(cuda_available(), reason="on a GPU test_torch_gpu.py binds the compiled kernels themselves")
@@ -192,31 +154,93 @@ def test_both_kernels_compiled_for_sm90_are_plain_launches():
     assert done.returncode == 0 and "bindable" in done.stdout, done.stderr[-3000:]
 
 
-# The call path: a whole launcher call in C for a remembered argument signature.
+# The call path: a whole launcher call in C++ for a remembered argument signature, launched through a stand-in driver.
 
 STREAM = 0x5000
+# The three driver functions the piece looks up, recording each launch: the function, grid, block, shared bytes,
+# stream and the first `record` parameters (8 bytes each: the piece's parameter slots). `result` is what
+# cuLaunchKernel returns; `context` 0 makes the thread have no current context.
+FAKE_DRIVER = r"""
+#include <stdint.h>
+#include <string.h>
+int result = 0, context = 1, launches = 0, record = 0;
+void *function, *stream;
+unsigned grid[3], block[3], shared;
+uint64_t params[16];
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                   unsigned sh, void *s, void **p, void **extra) {
+    function = f; stream = s; shared = sh;
+    grid[0] = gx; grid[1] = gy; grid[2] = gz; block[0] = bx; block[1] = by; block[2] = bz;
+    for (int i = 0; i < record; ++i) memcpy(&params[i], p[i], 8);
+    ++launches;
+    return result;
+}
+int cuCtxGetCurrent(void **c) { *c = context ? (void *)16 : (void *)0; return 0; }
+int cuGetErrorName(int r, const char **name) { *name = "CUDA_ERROR_FAKE"; return 0; }
+"""
 
 
-@pytest.fixture(scope="session")
-def tensor_reader(tmp_path_factory):
-    """The C++ tensor reader's capsule, built once for the session's workers (a cache they share)."""
-    return tensor_meta.reader(tmp_path_factory.getbasetemp().parent / "kv-canary-native")
+@pytest.fixture(scope="module")
+def driver(c_module, tmp_path_factory):
+    """The stand-in driver, loaded into the piece (ctypes' handle on its globals)."""
+    cc = native.find_compiler("CC", ("cc", "gcc", "clang"))
+    if cc is None or cuda_available():
+        pytest.skip("needs a C compiler, and no CUDA driver (which a GPU process has loaded)")
+    folder = tmp_path_factory.mktemp("driver")
+    (folder / "driver.c").write_text(FAKE_DRIVER)
+    subprocess.run([cc, "-shared", "-fPIC", str(folder / "driver.c"), "-o", str(folder / "libfake.so")], check=True)
+    c_module.load_driver(str(folder / "libfake.so"))
+    return Driver(ctypes.CDLL(str(folder / "libfake.so")))
+
+
+class Driver:
+    """The stand-in driver's int globals (``result``, ``context``, ``launches``, ``record``) as attributes; the
+    library itself as ``library``."""
+
+    def __init__(self, library):
+        object.__setattr__(self, "library", library)
+
+    def __getattr__(self, name):
+        return ctypes.c_int.in_dll(self.library, name).value
+
+    def __setattr__(self, name, value):
+        ctypes.c_int.in_dll(self.library, name).value = value
 
 
 NO_HOOKS = SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
 
 
-def configure(c, memo, reader, hooks=NO_HOOKS, current_device=None):
-    c.configure(memo, torch.Tensor, hooks, lambda device: STREAM, current_device, reader, launch_plan.rule())
+def configure(c, memo, hooks=NO_HOOKS, current_device=None, rule=launch_plan.RULE):
+    c.configure(memo=memo, tensor_type=torch.Tensor, hooks=hooks, raw_stream=lambda device: STREAM,
+                current_device=current_device, rule=launch_plan.native_config(rule))
 
 
 @pytest.fixture
-def call_path(c_module, tensor_reader):
-    """The C module's call path over a fresh memo, hooks idle, one device."""
+def call_path(c_module, driver):
+    """The piece's call path over a fresh memo, hooks idle, one device, the stand-in driver loaded."""
     memo = {}
-    configure(c_module, memo, tensor_reader)
-    c_module.reader = tensor_reader  # what the tests that reconfigure pass again
+    configure(c_module, memo)
+    driver.result = 0
+    driver.context = 1
     return c_module, memo
+
+
+def launched(c, driver, *arguments, record=12):
+    """``(call's answer, the launch it made or None)``: ``(function, grid, threads, stream, parameter words)``, the
+    first ``record`` parameters read (no more than the kernel takes; the rest of the words 0)."""
+    before = driver.launches
+    driver.record = record
+    (ctypes.c_uint64 * 16).in_dll(driver.library, "params")[:] = [0] * 16
+    answer = c.call(*arguments)
+    if driver.launches == before:
+        return answer, None
+    library = driver.library
+    params = (ctypes.c_uint64 * 16).in_dll(library, "params")
+    grid = (ctypes.c_uint * 3).in_dll(library, "grid")
+    block = (ctypes.c_uint * 3).in_dll(library, "block")
+    function = ctypes.c_void_p.in_dll(library, "function").value
+    stream = ctypes.c_void_p.in_dll(library, "stream").value
+    return answer, (function, (grid[0], grid[1], grid[2]), block[0], stream, tuple(params))
 
 
 def cpu_arguments(width=100, n_tokens=1000, bs=8):
@@ -226,7 +250,17 @@ def cpu_arguments(width=100, n_tokens=1000, bs=8):
     )
 
 
-META_WORDS = 10  # KvTensorMeta: dtype, device type, device index, ndim, sizes[2], strides[2], flags, data
+def family(c, n_window=0, **kinds):
+    """A kernel per slot, slot i's function handle 0x1000 + i, with its kernel's int count (bound without scratch)."""
+    return [kernel(c, n_ints=6 if slot == launch_plan.TILED_SLOT else 8, n_scratch=0, function=0x1000 + slot,
+                   threads=32 * (slot + 1), n_window=n_window) for slot in range(launch_plan.SLOTS)]
+
+
+def int_word(value):
+    return struct.unpack("<Q", struct.pack("<iI", value, 0))[0]  # a 4-byte int in its 8-byte slot's first bytes
+
+
+META_WORDS = 10  # the signature's meta: dtype, device type, device index, ndim, sizes[2], strides[2], flags, data
 
 
 def test_the_signature_is_what_stays_fixed_from_step_to_step(call_path):
@@ -347,21 +381,40 @@ def test_an_inference_pool_outside_inference_mode_is_a_signature_of_its_own(call
     assert c.signature("auto", *args[:3], pool) != inside  # outside it, one the checks refuse and never remembered
 
 
-def test_a_remembered_signature_plans_every_shape_from_its_n_and_bs(call_path):
+def test_a_remembered_signature_launches_every_shape_as_planned(call_path, driver):
     c, memo = call_path
     args = cpu_arguments()
-    assert c.planned("auto", *args) is None  # nothing remembered
-    kernels = [kernel(c, n_ints=6 if slot == launch_plan.TILED_SLOT else 8, n_scratch=0) for slot in range(launch_plan.SLOTS)]
-    memo[c.signature("auto", *args)] = kernels
+    signature = c.signature("auto", *args)
+    assert launched(c, driver, "auto", *args) == (signature, None)  # nothing remembered: its signature back
+    kernels = memo[signature] = family(c)
     for n_tokens, bs, width in ((1000, 8, 100), (17, 3, 100), (5000, 64, 100), (9000, 1, 100)):
         fresh = cpu_arguments(width, n_tokens, bs)  # other tensors and shapes, the same signature
         plan = launch_plan.plan(bs, n_tokens, 10, width, width, 1, 1, 1, 1, -1)
-        assert c.planned("auto", *fresh) == (kernels[plan.slot], plan.grid, STREAM, tuple(a.data_ptr() for a in fresh), plan.ints)
-    assert c.planned("triton", *args) is None  # another backend named: not remembered
-    assert c.planned("auto", *cpu_arguments(width=101)) is None
+        served = c.served()
+        answer, launch = launched(c, driver, "auto", *fresh)
+        assert answer is True and c.served() == served + 1
+        function, grid, threads, stream, words = launch
+        assert (function, grid, threads, stream) == (0x1000 + plan.slot, (*plan.grid, 1), 32 * (plan.slot + 1), STREAM)
+        assert words[:4] == tuple(a.data_ptr() for a in fresh)
+        assert words[4:12] == tuple(int_word(v) for v in plan.ints)
+    assert launched(c, driver, "triton", *args)[1] is None  # another backend named: not remembered
+    assert launched(c, driver, "auto", *cpu_arguments(width=101))[1] is None
 
 
-def test_a_windowed_signature_holds_start_cols_and_plans_with_windowed_kernels(call_path):
+def test_the_tiled_kernel_takes_six_ints_and_a_scratch_pointer_is_null(call_path, driver):
+    c, memo = call_path
+    rule = launch_plan.RULE._replace(large_block=16, small_cells=-1, tiled_fill=0, tiled_min_tiles=0, tiled_min_tokens=0)
+    configure(c, memo, rule=rule)
+    args = cpu_arguments(width=100, n_tokens=800, bs=8)
+    memo[c.signature("auto", *args)] = [kernel(c, n_ints=6, n_scratch=2, function=0x77)] * launch_plan.SLOTS
+    plan = launch_plan.plan(8, 800, 10, 100, 100, 1, 1, 1, 1, -1, rule=rule)
+    assert plan.tiled
+    answer, (function, grid, _, _, words) = launched(c, driver, "auto", *args, record=12)
+    assert answer is True and function == 0x77 and grid == (*plan.grid, 1)
+    assert words[4:10] == tuple(int_word(v) for v in plan.ints) and words[10:12] == (0, 0)
+
+
+def test_a_windowed_signature_holds_start_cols_and_launches_windowed_kernels(call_path, driver):
     c, memo = call_path
     args = cpu_arguments()
     start_cols = torch.zeros(8, dtype=torch.int64)
@@ -372,51 +425,58 @@ def test_a_windowed_signature_holds_start_cols_and_plans_with_windowed_kernels(c
     assert c.signature("auto", *fresh, torch.ones(3, dtype=torch.int64)) == sig  # its length and data do not count
     assert c.signature("auto", *args, torch.zeros(16, dtype=torch.int64)[::2]) != sig  # its stride does
     assert c.signature("auto", *args, torch.zeros(8, dtype=torch.int32)) != sig
-    windowed = [kernel(c, n_ints=6 if slot == launch_plan.TILED_SLOT else 8, n_scratch=0, n_window=1)
-                for slot in range(launch_plan.SLOTS)]
-    memo[sig] = windowed
+    memo[sig] = family(c, n_window=1)
     start = torch.zeros(3, dtype=torch.int64)
     plan = launch_plan.plan(3, 17, 10, 100, 100, 1, 1, 1, 1, -1, True)
-    pointers = (*(a.data_ptr() for a in fresh), start.data_ptr())
-    assert c.planned("auto", *fresh, start) == (windowed[plan.slot], plan.grid, STREAM, pointers, plan.ints)
-    assert c.planned("auto", *fresh, torch.zeros(4, dtype=torch.int64)) is None  # start_cols' length is not bs
-    assert c.planned("auto", *fresh) is None  # the unwindowed signature is not remembered
-    memo[sig] = [kernel(c, n_ints=6 if slot == launch_plan.TILED_SLOT else 8, n_scratch=0) for slot in range(launch_plan.SLOTS)]
-    c.configure(memo, torch.Tensor, NO_HOOKS, lambda device: STREAM, None, c.reader, launch_plan.rule())
-    assert c.planned("auto", *fresh, start) is None  # an unwindowed kernel in a windowed family: declined
+    answer, (function, grid, _, _, words) = launched(c, driver, "auto", *fresh, start, record=13)
+    assert answer is True and function == 0x1000 + plan.slot and grid == (*plan.grid, 1)
+    assert words[:4] == tuple(a.data_ptr() for a in fresh) and words[12] == start.data_ptr()  # after the 8 ints
+    assert launched(c, driver, "auto", *fresh, torch.zeros(4, dtype=torch.int64)) == (sig, None)  # length not bs
+    assert launched(c, driver, "auto", *fresh)[1] is None  # the unwindowed signature is not remembered
+    memo[sig] = family(c)
+    configure(c, memo)
+    assert launched(c, driver, "auto", *fresh, start) == (sig, None)  # an unwindowed kernel in a windowed family
 
 
-def test_no_cell_to_write_is_served_without_a_kernel(call_path):
+def test_no_cell_to_write_is_served_without_a_kernel(call_path, driver):
     c, memo = call_path
     memo[c.signature("auto", *cpu_arguments())] = [None] * launch_plan.SLOTS
     for args in (cpu_arguments(n_tokens=0), cpu_arguments(bs=0)):
-        kernel_, grid, stream, pointers, ints = c.planned("auto", *args)
-        assert (kernel_, grid, stream, ints) == (None, (0, 0), None, ())
-    served = c.served()
-    assert c.call("auto", *cpu_arguments(n_tokens=0)) is True and c.served() == served + 1
+        served = c.served()
+        assert launched(c, driver, "auto", *args) == (True, None) and c.served() == served + 1
 
 
-def test_what_the_call_path_declines(c_module, call_path):
+def test_what_the_call_path_declines(call_path, driver):
     c, memo = call_path
     args = cpu_arguments()
-    family = [kernel(c, n_scratch=0)] + [None] * (launch_plan.SLOTS - 1)
-    memo[c.signature("auto", *args)] = family
-    assert c.planned("auto", *args) is not None
+    sig = c.signature("auto", *args)
+    memo[sig] = [kernel(c, n_scratch=0)] + [None] * (launch_plan.SLOTS - 1)
+    assert launched(c, driver, "auto", *args)[0] is True
     offsets_short = (args[0], args[1][:-1], *args[2:])  # len(offsets) != bs + 1: the checks' error, not a launch
-    assert c.signature("auto", *offsets_short) in memo and c.planned("auto", *offsets_short) is None
-    assert c.planned("auto", *cpu_arguments(n_tokens=5000, bs=200)) is None  # LARGE: its slot holds no kernel
+    assert launched(c, driver, "auto", *offsets_short) == (sig, None)
+    large = cpu_arguments(n_tokens=5000, bs=200)
+    assert launched(c, driver, "auto", *large) == (sig, None)  # LARGE: its slot holds no kernel
     shifted = torch.zeros(1001, dtype=torch.int64)[1:]  # 8 bytes past a 16-byte boundary
-    assert shifted.data_ptr() % 16 == 8 and c.signature("auto", shifted, *args[1:]) in memo
-    assert c.planned("auto", shifted, *args[1:]) is None
-    configure(c, memo, c.reader, hooks=SimpleNamespace(launch_enter_hook=None, launch_exit_hook=print))  # a hook
-    assert c.planned("auto", *args) is None
-    configure(c, memo, c.reader, current_device=lambda: 1)  # device 1; the pool's is none
-    assert c.planned("auto", *args) is None
-    configure(c, memo, c.reader, current_device=lambda: -1)
-    assert c.planned("auto", *args) is not None
-    memo[c.signature("auto", *args)] = family[:-1]  # not a family of SLOTS
-    configure(c, memo, c.reader)  # (which forgets the family found last)
-    assert c.planned("auto", *args) is None
+    assert shifted.data_ptr() % 16 == 8 and launched(c, driver, "auto", shifted, *args[1:]) == (sig, None)
+    driver.context = 0  # a thread with no current CUDA context
+    assert launched(c, driver, "auto", *args) == (sig, None)
+    driver.context = 1
+    configure(c, memo, hooks=SimpleNamespace(launch_enter_hook=None, launch_exit_hook=print))  # a hook
+    assert launched(c, driver, "auto", *args) == (sig, None)
+    configure(c, memo, current_device=lambda: 1)  # device 1; the pool's is none
+    assert launched(c, driver, "auto", *args) == (sig, None)
+    configure(c, memo, current_device=lambda: -1)
+    assert launched(c, driver, "auto", *args)[0] is True
+    memo[sig] = memo[sig][:-1]  # not a family of SLOTS
+    configure(c, memo)  # (which forgets the family found last)
+    assert launched(c, driver, "auto", *args) == (sig, None)
+    memo[sig] = [kernel(c, n_scratch=0)] * launch_plan.SLOTS
+    driver.result = 700  # the driver refuses the launch
+    with pytest.raises(RuntimeError, match="CUDA_ERROR_FAKE"):
+        c.call("auto", *args)
+    driver.result = 0
+    with pytest.raises(TypeError):
+        c.call("auto", *args[:3])
 
 
 class Chain:  # Triton's HookChain: a hook is installed while its calls list is not empty
@@ -431,65 +491,90 @@ class Broken:
 
 
 @pytest.mark.parametrize(
-    "enter, exit_",
-    [(None, None), (Chain(), Chain()), (Chain(print), Chain()), (Chain(), Chain(print)), (print, None), (None, print),
-     (Broken(), None), ("absent", "absent"), ("absent", Chain(print))],
+    "enter, exit_, idle",
+    [(None, None, True), (Chain(), Chain(), True), (Chain(print), Chain(), False), (Chain(), Chain(print), False),
+     (print, None, False), (None, print, False), (Broken(), None, False), ("absent", "absent", True),
+     ("absent", Chain(print), False)],
 )
-def test_the_hook_test_is_the_launchers_twin(call_path, monkeypatch, enter, exit_):
-    from kv_canary_torch.launch import dispatch
-
+def test_an_installed_launch_hook_sends_the_call_to_tritons_launch(call_path, driver, enter, exit_, idle):
     c, memo = call_path
     hooks = SimpleNamespace(**{name: hook for name, hook in (("launch_enter_hook", enter), ("launch_exit_hook", exit_))
                                if hook != "absent"})
     args = cpu_arguments()
     memo[c.signature("auto", *args)] = [kernel(c, n_scratch=0)] + [None] * (launch_plan.SLOTS - 1)
-    configure(c, memo, c.reader, hooks=hooks)
-    monkeypatch.setattr(dispatch, "_hook_holder", lambda: hooks)
-    try:
-        idle = dispatch._hooks_idle()
-    except RuntimeError:  # the Python side lets an unreadable hook raise; the C side takes it for a hook
-        idle = False
-    assert (c.planned("auto", *args) is not None) is idle
+    configure(c, memo, hooks=hooks)
+    assert (launched(c, driver, "auto", *args)[0] is True) is idle
 
 
-def test_the_last_family_found_is_kept_until_configure(call_path):
+def test_the_last_family_found_is_kept_until_configure(call_path, driver):
     c, memo = call_path
     args, other = cpu_arguments(), cpu_arguments(width=50)
-    family = [kernel(c, n_scratch=0)] + [None] * (launch_plan.SLOTS - 1)
-    memo[c.signature("auto", *args)] = family
-    memo[c.signature("auto", *other)] = list(family)
+    kernels = [kernel(c, n_scratch=0)] + [None] * (launch_plan.SLOTS - 1)
+    memo[c.signature("auto", *args)] = kernels
+    memo[c.signature("auto", *other)] = list(kernels)
     for _ in range(2):  # alternating signatures: each finds its own
-        assert c.planned("auto", *args)[0] is family[0] and c.planned("auto", *other)[0] is family[0]
-    assert c.planned("triton", *other) is None  # the same tensors, another backend: not the kept family
+        assert launched(c, driver, "auto", *args)[0] is True and launched(c, driver, "auto", *other)[0] is True
+    assert launched(c, driver, "triton", *other)[1] is None  # the same tensors, another backend: not the kept family
     memo.clear()
-    assert c.planned("auto", *other) is not None  # kept: what the checks answered for it stays true
-    assert c.planned("auto", *args) is None
-    configure(c, memo, c.reader)
-    assert c.planned("auto", *other) is None
+    assert launched(c, driver, "auto", *other)[0] is True  # kept: what the checks answered for it stays true
+    assert launched(c, driver, "auto", *args)[1] is None
+    configure(c, memo)
+    assert launched(c, driver, "auto", *other)[1] is None
 
 
-def test_an_int_past_int32_is_declined(call_path):
+def test_an_int_past_int32_is_declined(call_path, driver):
     c, memo = call_path
     wide = torch.zeros(1, dtype=torch.int64).expand(2**31)  # N = 2**31 tokens, no memory: the ints take i64
     args = cpu_arguments()
-    memo[c.signature("auto", wide, *args[1:])] = [kernel(c, n_scratch=0)] * launch_plan.SLOTS
-    assert c.planned("auto", wide, *args[1:]) is None
-    assert c.planned("auto", wide[: 2**31 - 1], *args[1:]) is not None
+    sig = c.signature("auto", wide, *args[1:])
+    memo[sig] = [kernel(c, n_scratch=0)] * launch_plan.SLOTS
+    assert launched(c, driver, "auto", wide, *args[1:]) == (sig, None)
+    assert launched(c, driver, "auto", wide[: 2**31 - 1], *args[1:])[0] is True
 
 
-@pytest.mark.skipif(cuda_available(), reason="with a driver loaded a launch would run")
-def test_call_launches_nothing_without_a_driver(call_path):
-    c, memo = call_path
-    args = cpu_arguments()
-    memo[c.signature("auto", *args)] = [kernel(c, n_scratch=0)] * launch_plan.SLOTS
-    served = c.served()
-    assert c.call("auto", *args) is False and c.served() == served
+def test_the_call_path_takes_its_configuration_by_name(c_module):
+    config = dict(memo={}, tensor_type=torch.Tensor, hooks=NO_HOOKS, raw_stream=lambda d: 0, current_device=None,
+                  rule=launch_plan.native_config())
+    with pytest.raises(TypeError):  # positional
+        c_module.configure(*config.values())
+    with pytest.raises(TypeError):  # one missing
+        c_module.configure(**{k: v for k, v in config.items() if k != "hooks"})
+    with pytest.raises(KeyError):  # a number of the rule missing
+        c_module.configure(**dict(config, rule={k: v for k, v in config["rule"].items() if k != "tiled_slot"}))
+    with pytest.raises(ValueError):  # slots that collide
+        c_module.configure(**dict(config, rule=dict(config["rule"], tiled_slot=launch_plan.LOOP_SLOT)))
     with pytest.raises(TypeError):
-        c.call("auto", *args[:3])
+        c_module.configure(**dict(config, rule=(1, 2, 3)))
 
 
-def test_the_call_path_needs_the_reader_and_the_rule(c_module, tensor_reader):
-    with pytest.raises(ValueError):  # not the reader's capsule
-        c_module.configure({}, torch.Tensor, NO_HOOKS, lambda d: 0, None, kernel(c_module), launch_plan.rule())
-    with pytest.raises(TypeError):
-        c_module.configure({}, torch.Tensor, NO_HOOKS, lambda d: 0, None, tensor_reader, (1, 2, 3))
+# A fresh process (the driver, once loaded, stays for the process): the piece without a driver, then a library that
+# is no driver.
+NO_DRIVER = """
+import pathlib, sys, torch
+from types import SimpleNamespace
+from kv_canary_torch.launch import native, plan as launch_plan
+c = native.load_module(pathlib.Path(sys.argv[1]))
+memo = {}
+c.configure(memo=memo, tensor_type=torch.Tensor, hooks=None, raw_stream=lambda device: 0, current_device=None,
+            rule=launch_plan.native_config())
+args = (torch.zeros(100, dtype=torch.int64), torch.zeros(3, dtype=torch.int64), torch.zeros(2, dtype=torch.int64),
+        torch.zeros(4, 50, dtype=torch.int32))
+sig = c.signature("auto", *args)
+memo[sig] = [c.bind(0x1234, 64, 0, 8, 0, None)] * launch_plan.SLOTS
+assert c.call("auto", *args) == sig and c.served() == 0  # no driver: declined, its signature back
+for library in ("/nonexistent/libcuda.so.1", "libc.so.6"):  # absent; present without the driver's functions
+    try:
+        c.load_driver(library)
+    except OSError as error:
+        print("refused:", error)
+print("declined")
+"""
+
+
+def test_without_a_driver_nothing_is_launched_and_a_library_that_is_none_is_refused(tmp_path_factory):
+    path = native.build(shared_native_cache(tmp_path_factory))
+    done = subprocess.run([sys.executable, "-c", NO_DRIVER, str(path)], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "declined" and len([line for line in lines if line.startswith("refused:")]) == 2, lines

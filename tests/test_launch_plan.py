@@ -1,4 +1,4 @@
-"""The launch rule (``kv_canary_torch.launch.plan``) and its C twin (``native.c``'s ``plan``): equal everywhere.
+"""The launch rule (``kv_canary_torch.launch.plan``) and the native piece's (``native.cpp``'s ``plan``): equal everywhere.
 
 The call path plans every remembered call in C from ``N`` and ``bs``; the
 checked path plans in Python. Both must name the same kernel slot, grid and
@@ -11,28 +11,38 @@ and ONE switches, the int32 widths) and on random sizes and strides.
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, strategies as st
 
 from kv_canary_torch.launch import native, plan as launch_plan
 from tests.profiles import property_settings
+from tests.torch_support import native_module, shared_native_cache
 
 INT32_END = 2**31
 
 
-@pytest.fixture(scope="module")
+def configured(c, rule=launch_plan.RULE):
+    """``c`` configured with ``rule`` (its call path's memo empty): its ``plan`` plans under it."""
+    c.configure(memo={}, tensor_type=object, hooks=None, raw_stream=lambda device: 0, current_device=None,
+                rule=launch_plan.native_config(rule))
+    return c
+
+
+@pytest.fixture
 def c_module(tmp_path_factory):
-    return native.load_module(native.build(tmp_path_factory.mktemp("cache")))
+    return configured(native_module(tmp_path_factory))
 
 
-def python_plan(*sizes):
-    plan = launch_plan.plan(*sizes, 0)
+def python_plan(*sizes, rule=launch_plan.RULE):
+    plan = launch_plan.plan(*sizes, 0, rule=rule)
     return None if plan is launch_plan.NOTHING else (plan.slot, plan.grid, plan.ints, plan.small_ints)
 
 
-def assert_twins(c, sizes):
-    assert c.plan(launch_plan.rule(), *sizes) == python_plan(*sizes), sizes
+def assert_twins(c, sizes, rule=launch_plan.RULE):
+    assert c.plan(*sizes) == python_plan(*sizes, rule=rule), sizes
 
 
 def around(x):
@@ -100,32 +110,39 @@ def test_the_twins_agree_on_random_sizes(c_module):
     check()
 
 
-def test_the_twin_takes_the_rules_numbers(c_module, monkeypatch):
-    # The rule's numbers reach C through plan.rule(), so a change of them (the tests' small tiles) changes both.
-    monkeypatch.setattr(launch_plan, "LARGE", (16, 4, 4096, False))
-    monkeypatch.setattr(launch_plan, "SMALL_CELLS", -1)
-    monkeypatch.setattr(launch_plan, "TILED_MIN_TOKENS", 0)
-    monkeypatch.setattr(launch_plan, "TILED_MIN_TILES", 0)
-    monkeypatch.setattr(launch_plan, "TILED_FILL", 0)
+def test_the_native_rule_takes_the_configured_numbers(c_module):
+    # The rule's numbers reach C++ through plan.native_config(rule) at configure, so another rule (the tests' small
+    # tiles) changes both.
+    rule = launch_plan.RULE._replace(large_block=16, small_cells=-1, tiled_min_tokens=0, tiled_min_tiles=0, tiled_fill=0)
+    configured(c_module, rule)
     for sizes in itertools.product((1, 7, 300), (1, 50, 4000), (3,), (1, 33, 100)):
         full = (*sizes[:3], sizes[3], sizes[3], 1, 1, 1, 1)
-        assert_twins(c_module, full)
-    assert python_plan(64, 4000, 65, 100, 100, 1, 1, 1, 1)[0] == launch_plan.TILED_SLOT
+        assert_twins(c_module, full, rule)
+    assert python_plan(64, 4000, 65, 100, 100, 1, 1, 1, 1, rule=rule)[0] == launch_plan.TILED_SLOT
+    assert python_plan(64, 4000, 65, 100, 100, 1, 1, 1, 1)[0] != launch_plan.TILED_SLOT
 
 
-def test_the_rule_refuses_shapes_the_twin_cannot_tell_apart(monkeypatch):
-    monkeypatch.setattr(launch_plan, "SMALL", launch_plan.LARGE)
+def test_the_native_rule_needs_a_configuration(tmp_path_factory):
+    path = native.build(shared_native_cache(tmp_path_factory))
+    # A fresh process: the piece's configuration is process-wide, and this one's is configured.
+    script = ("import pathlib, sys, torch; from kv_canary_torch.launch import native\n"
+              "c = native.load_module(pathlib.Path(sys.argv[1]))\n"
+              "try:\n    c.plan(1, 1, 1, 1, 1, 1, 1, 1, 1)\nexcept RuntimeError:\n    print('refused')\n")
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "refused", done.stderr[-2000:]
+
+
+def test_the_rule_refuses_shapes_the_slots_cannot_tell_apart():
     with pytest.raises(ValueError):
-        launch_plan.rule()
+        launch_plan.RULE._replace(small_block=launch_plan.LARGE[0]).checked()
 
 
-def test_every_small_launch_has_lanes_for_its_tiles(monkeypatch):
+def test_every_small_launch_has_lanes_for_its_tiles():
     # No slot holds a SMALL kernel with the tile loop: the rule refuses numbers that would need one.
-    block, _, target, _ = launch_plan.SMALL
+    block, _, target = launch_plan.SMALL
     for bs in (1, 2, 3, 5, 64, 1000, launch_plan.SMALL_CELLS):
         window = launch_plan.SMALL_CELLS // bs
         plan = launch_plan.plan(bs, window, 2, window, window, 1, 1, 1, 1, 0)
-        assert plan.shape == launch_plan.SMALL and dict(zip(launch_plan.LANES_CONSTEXPRS, plan.constexprs))["ONE"]
-    monkeypatch.setattr(launch_plan, "SMALL_CELLS", block * target + 1)
+        assert plan.constexprs[0] == block and dict(zip(launch_plan.LANES_CONSTEXPRS, plan.constexprs))["ONE"]
     with pytest.raises(ValueError, match="SMALL_CELLS"):
-        launch_plan.rule()
+        launch_plan.RULE._replace(small_cells=block * target + 1).checked()

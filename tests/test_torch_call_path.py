@@ -1,11 +1,11 @@
 """The launcher's call path without a GPU: which calls it is offered, and which signatures it remembers.
 
-``dispatch.call_bound`` (the C launcher's ``call`` once loaded) takes an
+``dispatch.call_bound`` (the native piece's ``call`` once loaded) takes an
 eager call whose argument signature a checked launch has remembered
-(``dispatch.remember_call``). Here both ends are replaced by recorders
-around the real launcher and the interpreted Triton kernel; the C side's
-signature and planning are in test_launch_native.py, its launches in
-test_torch_gpu.py.
+(``dispatch.remember_call``). Here the real launcher runs the interpreted
+Triton kernel, with the native piece configured as the call path and
+stand-ins for the kernels a GPU would bind; the piece's signature, planning
+and launches are in test_launch_native.py, real launches in test_torch_gpu.py.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from kv_canary_torch import launch_scatter_req_token_ids_kernel, op
-from kv_canary_torch.launch import dispatch, native, plan as launch_plan, tensor_meta
+from kv_canary_torch.launch import dispatch, plan as launch_plan
 from shared_spec import errors, scatter_reference
 from tests.strategies import large_batch
-from tests.torch_support import as_numpy
+from tests.torch_support import as_numpy, native_module
 
 BATCH = large_batch(bs=3, width=40, seed=5)
 
@@ -61,31 +61,29 @@ def test_only_check_values_false_itself_is_offered(offered, check_values):
 
 @pytest.fixture
 def remembering(monkeypatch, tmp_path_factory):
+    """The call path on the real native piece over a fresh memo; a launch "binds" its variant when asked, as on a GPU.
+
+    Returns the native piece, the memo and the list of plan variants to bind
+    (the interpreted launch compiles nothing to bind: ``dispatch._compiled``
+    stays empty on a CPU).
+    """
     if not dispatch.interpreted():
         pytest.skip("drives the interpreted kernel on CPU tensors; on a GPU test_torch_gpu.py runs the real path")
-    """remember_call over the real C signature and a fresh memo; a launch "binds" its variant when asked, as on a GPU.
-
-    Returns the C module, the memo and the list of plan variants to bind (the
-    interpreted launch binds nothing itself: there is no C launcher on a CPU).
-    """
-    c = native.load_module(native.build(tmp_path_factory.mktemp("cache")))
-    reader = tensor_meta.reader(tmp_path_factory.getbasetemp().parent / "kv-canary-native")
-    memo, kernels, to_bind = {}, {}, []
-    hooks = SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
-    c.configure(memo, torch.Tensor, hooks, lambda device: 0, None, reader, launch_plan.rule())
-    monkeypatch.setattr(dispatch, "_signature", c.signature)
-    monkeypatch.setattr(dispatch, "_memo", memo)
-    monkeypatch.setattr(dispatch, "_kernels", kernels)
-    monkeypatch.setattr(dispatch, "_configured_rule", launch_plan.rule())
+    c = native_module(tmp_path_factory)
+    for name, value in (("_memo", {}), ("_kernels", {}), ("_compiled", {}), ("_c", None), ("call_bound", dispatch._no_call),
+                        ("_hook_holder", lambda: SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None))):
+        monkeypatch.setattr(dispatch, name, value)
+    dispatch._configure(c)
+    to_bind = []
 
     def launch_then_bind(*arguments):
         dispatch.launch(*arguments)
         variant = dispatch.plan_of(*arguments).variant
         if variant in to_bind:
-            kernels[variant] = "the bound kernel"
+            dispatch._kernels[variant] = "the bound kernel"
 
     monkeypatch.setitem(op.IMPLEMENTATIONS, "triton", launch_then_bind)
-    return c, memo, to_bind
+    return c, dispatch._memo, to_bind
 
 
 def slot(arguments) -> int:
@@ -145,8 +143,6 @@ def test_nothing_else_is_remembered(remembering, options):
 def test_a_new_signature_takes_every_kernel_bound_already(remembering, monkeypatch):
     """A kernel bound for one signature serves every signature whose launches plan its variant: no second miss."""
     c, memo, to_bind = remembering
-    monkeypatch.setattr(dispatch, "_c", SimpleNamespace(launch=lambda *a: False))  # a bound "kernel" declines: Triton launches
-    monkeypatch.setattr(dispatch, "_raw_stream", lambda device: 0)
     flat_in, offsets, rows, pool = arguments()
     to_bind.append(dispatch.plan_of(flat_in, offsets, rows, pool).variant)
     call(flat_in, offsets, rows, pool, backend="triton")
@@ -174,19 +170,28 @@ def test_an_unbound_kernel_is_not_put_in_its_slot_and_a_failed_check_is_not_reme
     assert memo == {}
 
 
-def test_a_changed_rule_reconfigures_the_call_path_before_remembering(remembering, monkeypatch):
-    _, memo, _ = remembering
-    configured = []
-    monkeypatch.setattr(dispatch, "_configure", lambda c, reader: configured.append(launch_plan.rule()))
-    monkeypatch.setattr(launch_plan, "TILED_FILL", launch_plan.TILED_FILL + 1)
+def test_the_signature_call_bound_gives_is_the_one_remembered(remembering, monkeypatch):
+    c, memo, _ = remembering
+    flat_in, offsets, rows, pool = arguments()
+    monkeypatch.setattr(dispatch, "call_bound", lambda *a: b"the signature call gave")
+    call(flat_in, offsets, rows, pool, backend="triton")
+    assert list(memo) == [b"the signature call gave"]  # not read again
+
+
+def test_another_rule_reconfigures_the_call_path_and_forgets_its_signatures(remembering):
+    c, memo, _ = remembering
     flat_in, offsets, rows, pool = arguments()
     call(flat_in, offsets, rows, pool, backend="triton")
-    assert configured == [launch_plan.rule()]
-
-
-def test_forget_drops_the_remembered_signatures_and_kernels(monkeypatch):
-    memo, kernels = {b"a signature": [None] * launch_plan.SLOTS}, {("a variant",): None}
-    for name, value in (("_memo", memo), ("_kernels", kernels)):
-        monkeypatch.setattr(dispatch, name, value)
-    dispatch.forget()
-    assert memo == kernels == {}
+    assert len(memo) == 1
+    rule = launch_plan.RULE._replace(large_block=16, small_cells=-1)
+    try:
+        dispatch.use_rule(rule)
+        assert memo == {} and c.plan(1, 5000, 2, 5000, 5000, 1, 1, 1, 1)[1] == (1, -(-5000 // 16))  # C++ plans with it
+        assert dispatch.plan_of(flat_in, offsets, rows, pool).constexprs[0] == 16
+    finally:
+        dispatch.use_rule(launch_plan.RULE)
+    default = launch_plan.plan(1, 5000, 2, 5000, 5000, 1, 1, 1, 1, -1)
+    assert c.plan(1, 5000, 2, 5000, 5000, 1, 1, 1, 1)[:2] == (default.slot, default.grid)  # the default rule again
+    with pytest.raises(ValueError):
+        dispatch.use_rule(rule._replace(small_block=16))  # SMALL and LARGE alike: refused before anything changes
+    assert dispatch._rule == launch_plan.RULE

@@ -17,7 +17,7 @@ from kv_canary_torch import launch_scatter_req_token_ids_kernel, pack_token_ids
 from shared_spec import errors, scatter_reference
 from tests.profiles import property_settings
 from tests.strategies import batches, large_batch, sentinel_pool
-from tests.torch_support import as_numpy
+from tests.torch_support import as_numpy, using_rule
 
 pytestmark = pytest.mark.gpu
 
@@ -119,7 +119,7 @@ def test_cuda_graph_capture_and_replay():
     flat_in, offsets, rows, pool = static
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm up: compile the kernel and bind it to the C launcher outside the capture
+    with torch.cuda.stream(stream):  # warm up: compile the kernel and bind it for the call path outside the capture
         launch(flat_in, offsets, rows, pool)  # compiles, binds, loads the call path, remembers the signature
         assert_call_path_on()
         launch(flat_in, offsets, rows, pool)  # through the call path
@@ -260,9 +260,9 @@ def test_arguments_on_two_devices_are_refused():
     ids=["tiled", "strided-flat", "short-windows", "small"],
 )
 def test_the_fast_launch_path_serves_each_kernel(bs, width, strided, kernel):
-    # The first launch of a variant compiles through Triton's generic path, remembers the kernel and binds it to
-    # the C launcher; the next ones launch it directly (launch.dispatch). That path must serve both kernels and
-    # write what the generic one does.
+    # The checked path launches through Triton, which compiles the variant; the first remembered call binds it
+    # (launch.dispatch.remember_call), and the next call of the signature is the native piece's launch. Both must
+    # serve both kernels and write what the reference does.
     from kv_canary_torch.launch import dispatch
 
     batch = full_batch(bs, width, seed=11)  # every window full: the tiled kernel takes only full batches
@@ -275,8 +275,14 @@ def test_the_fast_launch_path_serves_each_kernel(bs, width, strided, kernel):
             launch(flat_in, offsets, rows, pool, backend="triton")
         np.testing.assert_array_equal(as_numpy(pool), scatter_reference(*batch))
     plan = dispatch.plan_of(flat_in, offsets, rows, pool)
-    assert plan.kernel == kernel and plan.variant in dispatch._kernels
+    assert plan.tiled is (kernel == "tiled") and plan.variant in dispatch._kernels
     assert_c_launcher_bound(flat_in, offsets, rows, pool)
+    served = c_calls()
+    for _ in range(2):
+        pool = on_gpu(batch)[3]
+        launch(flat_in, offsets, rows, pool, backend="triton")
+        np.testing.assert_array_equal(as_numpy(pool), scatter_reference(*batch))
+    assert c_calls() == served + 2
 
 
 def full_batch(bs: int, width: int, seed: int):
@@ -288,7 +294,7 @@ def full_batch(bs: int, width: int, seed: int):
 
 
 def assert_c_launcher_bound(flat_in, offsets, rows, pool):
-    """The C launcher (``launch.native``) loaded on this machine and bound the kernel of these arguments' plan."""
+    """The native piece (``launch.native``) loaded on this machine and bound the kernel of these arguments' plan."""
     from kv_canary_torch.launch import dispatch, native
 
     assert native.module() is not None, native.unavailable_reason()
@@ -296,18 +302,18 @@ def assert_c_launcher_bound(flat_in, offsets, rows, pool):
 
 
 def c_calls() -> int:
-    """Calls served so far by the C launcher's call path (``launch.dispatch.call_bound``)."""
+    """Calls served so far by the native piece's call path (``launch.dispatch.call_bound``)."""
     from kv_canary_torch.launch import native
 
     return native.module().served()
 
 
 def assert_call_path_on():
-    """The call path is configured: the process's first bound kernel built (or loaded) the C++ reader before it returned."""
-    from kv_canary_torch.launch import dispatch, tensor_meta
+    """The call path is configured: the process's first remembered call built (or loaded) the native piece before it returned."""
+    from kv_canary_torch.launch import dispatch, native
 
-    assert tensor_meta.unavailable_reason() is None, tensor_meta.unavailable_reason()
-    assert dispatch._signature is not None, "the call path is not configured"
+    assert native.unavailable_reason() is None, native.unavailable_reason()
+    assert dispatch._c is not None, "the call path is not configured"
 
 
 def test_a_remembered_signature_launches_in_one_c_call():
@@ -317,9 +323,9 @@ def test_a_remembered_signature_launches_in_one_c_call():
     batch = large_batch(bs=16, width=700, seed=31)
     flat_in, offsets, rows, _ = on_gpu(batch)
     expected = scatter_reference(*batch)
-    launch(flat_in, offsets, rows, on_gpu(batch)[3])  # compiles, binds, loads the reader, remembers the signature
+    launch(flat_in, offsets, rows, on_gpu(batch)[3])  # compiles, loads the native piece, binds, remembers the signature
     assert_call_path_on()
-    assert isinstance(dispatch._signature("auto", flat_in, offsets, rows, flat_in), bytes)
+    assert isinstance(dispatch._c.signature("auto", flat_in, offsets, rows, flat_in), bytes)
     served = c_calls()
     launch(flat_in, offsets, rows, on_gpu(batch)[3])  # the signature's second call: the call path
     assert c_calls() == served + 1
@@ -377,22 +383,27 @@ def serving_steps(bs_choices, lengths, steps, seed, n_rows):
     ],
     ids=["tiled-and-lanes", "short-windows", "narrow"],
 )
-def test_shapes_that_change_every_call_match_the_reference(width, bs_choices, lengths, kernels, monkeypatch):
+def test_shapes_that_change_every_call_match_the_reference(width, bs_choices, lengths, kernels):
     """A serving loop: a new len(flat_in) and bs at every call, one pool; each call's pool against the reference."""
     from kv_canary_torch.launch import dispatch
 
-    monkeypatch.setattr(dispatch.launch_plan, "TILED_MIN_TOKENS", 100000)  # the C twin takes it at its next call
+    for _ in using_rule(dispatch.launch_plan.RULE._replace(tiled_min_tokens=100000)):  # the C side too
+        run_serving_loop(width, bs_choices, lengths, kernels)
+
+
+def run_serving_loop(width, bs_choices, lengths, kernels):
+    from kv_canary_torch.launch import dispatch
 
     n_rows = 600
     pool_np = sentinel_pool(n_rows, width, seed=3)
     pool = torch.from_numpy(pool_np.copy()).cuda()
     steps = serving_steps(bs_choices, lengths, 40, seed=width, n_rows=n_rows)
-    launch(*on_gpu(steps[0]), pool)  # compiles and binds; the reader loads before it returns
+    launch(*on_gpu(steps[0]), pool)  # compiles, loads the native piece and binds before it returns
     assert_call_path_on()
     served, seen = c_calls(), set()
     for flat_in, offsets, rows in steps:
         tensors = on_gpu((flat_in, offsets, rows))
-        seen.add(dispatch.plan_of(*tensors, pool).kernel)
+        seen.add("tiled" if dispatch.plan_of(*tensors, pool).tiled else "lanes")
         launch(*tensors, pool)
         pool_np = scatter_reference(flat_in, offsets, rows, pool_np)
         np.testing.assert_array_equal(as_numpy(pool), pool_np)
@@ -474,7 +485,7 @@ def test_a_changing_n_across_the_int32_boundary():
                 starts = n - 2 * width + np.arange(bs + 1, dtype=np.int64) * (width // 2 + 1)  # the last windows pass N
                 rows = np.arange(bs, dtype=np.int64)[::-1].copy()
                 launch(flat[:n], torch.from_numpy(starts).cuda(), torch.from_numpy(rows).cuda(), pool)
-                plans.add((dispatch_plan(flat[:n], starts, rows, pool).small_ints, dispatch_plan(flat[:n], starts, rows, pool).kernel))
+                plans.add((dispatch_plan(flat[:n], starts, rows, pool).small_ints, dispatch_plan(flat[:n], starts, rows, pool).tiled))
                 low = int(starts.min())
                 pool_np = scatter_reference(np.arange(low, n, dtype=np.int64), starts - low, rows, pool_np)
                 np.testing.assert_array_equal(as_numpy(pool), pool_np)
@@ -516,7 +527,7 @@ def test_the_c_launcher_on_a_thread_that_never_touched_cuda():
 
     batch = large_batch(bs=8, width=300, seed=21)
     flat_in, offsets, rows, pool = on_gpu(batch)
-    launch(flat_in, offsets, rows, on_gpu(batch)[3])  # compiled and bound to the C launcher
+    launch(flat_in, offsets, rows, on_gpu(batch)[3])  # compiled and bound for the call path
     torch.cuda.synchronize()
     errors_seen = []
 

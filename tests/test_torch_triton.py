@@ -37,7 +37,7 @@ def loads(ptx):
     return ptx.count("ld.global")
 for int_type in ("i32", "i64"):
     for windowed in (False, True):
-        # Unwindowed, start_cols_ptr and its stride are None (constexprs, no parameter: the C launcher's layout);
+        # Unwindowed, start_cols_ptr and its stride are None (constexprs, no parameter: the call path's layout);
         # windowed, a pointer and a stride of 1 (which Triton specializes to a constant).
         window = dict(start_cols_ptr="*i64", start_cols_stride="constexpr") if windowed else dict(
             start_cols_ptr="constexpr", start_cols_stride="constexpr")
@@ -45,10 +45,10 @@ for int_type in ("i32", "i64"):
         signature = dict(flat_in_ptr="*i64", offsets_ptr="*i64", rows_ptr="*i64", pool_ptr="*i32",
                          **{name: int_type for name in ints}, **window,
                          **{name: "constexpr" for name in launch.LANES_CONSTEXPRS})
-        for block, warps, _, stream in (launch.SMALL, launch.LARGE):
+        for block, warps, _ in (launch.SMALL, launch.LARGE):
             multiplies = {}
             for wide, unit, one in ((w, u, o) for w in (False, True) for u in (False, True) for o in (False, True)):
-                values = (block, wide, stream, unit, True, one, windowed)
+                values = (block, wide, unit, True, one, windowed)
                 source = ASTSource(fn=k.scatter_req_token_ids_kernel, signature=signature,
                                    constexprs={**dict(zip(launch.LANES_CONSTEXPRS, values)), **window_values})
                 compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})

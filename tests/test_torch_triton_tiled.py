@@ -49,7 +49,7 @@ def test_random_batches_take_the_tiled_kernel_and_match(small_tiles):
         got, plan = run(batch)
         assert_same_pool(got, scatter_reference(*batch))
         if plan is not launch_plan.NOTHING:
-            assert plan.kernel == launch_plan.TILED
+            assert plan.tiled
 
     check()
 
@@ -57,15 +57,15 @@ def test_random_batches_take_the_tiled_kernel_and_match(small_tiles):
 def test_rows_at_every_alignment_to_the_tiles(small_tiles):
     batch = large_batch(bs=64, width=3 * BLOCK + 5, seed=3)  # width coprime to BLOCK: rows start anywhere in a tile
     got, plan = run(batch)
-    assert plan.kernel == launch_plan.TILED and plan.grid == (64, -(-(3 * BLOCK + 5) // BLOCK) + 1)
-    assert plan.shape[:2] == (BLOCK, launch_plan.TILED_WARPS)
+    assert plan.tiled and plan.grid == (64, -(-(3 * BLOCK + 5) // BLOCK) + 1)
+    assert (plan.constexprs[0], plan.warps) == (BLOCK, launch_plan.TILED_WARPS)
     assert_same_pool(got, scatter_reference(*batch))
 
 
 def test_a_strided_flat_in_takes_the_lanes_kernel(small_tiles):
     batch = large_batch(bs=8, width=2 * BLOCK + 1, seed=4)
     got, plan = run(batch, strided_flat=True)
-    assert plan.kernel == launch_plan.LANES
+    assert not plan.tiled
     assert_same_pool(got, scatter_reference(*batch))
 
 
@@ -99,10 +99,10 @@ def test_the_conformance_cases(small_tiles):
 def test_when_the_tiled_kernel_runs(flat_stride, stride_col, bs, n_tokens, width, expected):
     window = min(width, n_tokens)
     tiles = -(-window // launch_plan.LARGE[0]) + 1
-    assert launch_plan.tiled(launch_plan.LARGE, flat_stride, stride_col, bs, n_tokens, window, tiles) is expected
-    assert not launch_plan.tiled(launch_plan.SMALL, flat_stride, stride_col, bs, n_tokens, window, tiles)
+    assert launch_plan.tiled(True, flat_stride, stride_col, bs, n_tokens, window, tiles) is expected
+    assert not launch_plan.tiled(False, flat_stride, stride_col, bs, n_tokens, window, tiles)
     plan = launch_plan.plan(bs, n_tokens, bs + 1, width, width * stride_col, stride_col, flat_stride, 1, 1, 0)
-    assert (plan.kernel == launch_plan.TILED) is expected
+    assert plan.tiled is expected
 
 
 def test_every_window_length_at_every_row_alignment(small_tiles):
@@ -116,7 +116,7 @@ def test_every_window_length_at_every_row_alignment(small_tiles):
     flat_in = np.random.default_rng(5).integers(-(2**63), 2**63 - 1, size=int(offsets[-1]), dtype=np.int64)
     batch = (flat_in, offsets, np.arange(bs, dtype=np.int64), sentinel_pool(bs, width, seed=6))
     got, plan = run(batch)
-    assert plan.kernel == launch_plan.TILED
+    assert plan.tiled
     assert_same_pool(got, scatter_reference(*batch))
 
 
@@ -128,5 +128,5 @@ def test_every_window_length_at_every_row_alignment(small_tiles):
 def test_the_lanes_kernel_is_specialized_for_unit_strides(stride_col, flat_stride, unit):
     # 64 x 2049 (sglang's rows, windows of at most 3 tiles) takes the lanes kernel: UNIT exactly when both strides are 1.
     plan = launch_plan.plan(64, 64 * 2048, 65, 2049, 2049 * stride_col, stride_col, flat_stride, 1, 1, None)
-    assert plan.kernel == launch_plan.LANES
+    assert not plan.tiled
     assert dict(zip(launch_plan.LANES_CONSTEXPRS, plan.constexprs))["UNIT"] is unit

@@ -19,7 +19,7 @@ from shared_spec import errors, scatter_reference
 from tests.contract import assert_same_pool
 from tests.profiles import property_settings
 from tests.strategies import INT64_MAX, INT64_MIN, sentinel_pool, windowed_batches
-from tests.torch_support import device_for, tiled_everywhere
+from tests.torch_support import device_for, tiled_everywhere, using_rule
 
 BACKENDS = ["torch", "triton"]
 EXAMPLES = {"torch": 60, "triton": 25}
@@ -127,8 +127,8 @@ def check_kernel_windowed(kernel: str, examples: int, **sizes) -> None:
         dispatch.launch(flat_in, offsets, rows, pool, start_cols)
         assert_same_pool(pool.cpu().numpy(), scatter_reference(*batch))
         if plan is not launch_plan.NOTHING:
-            constexprs = launch_plan.TILED_CONSTEXPRS if plan.kernel == launch_plan.TILED else launch_plan.LANES_CONSTEXPRS
-            assert plan.kernel == kernel and dict(zip(constexprs, plan.constexprs))["WINDOWED"]
+            constexprs = launch_plan.TILED_CONSTEXPRS if plan.tiled else launch_plan.LANES_CONSTEXPRS
+            assert plan.tiled is (kernel == launch_plan.TILED) and dict(zip(constexprs, plan.constexprs))["WINDOWED"]
 
     check()
 
@@ -137,16 +137,12 @@ def test_the_tiled_kernel_windowed(small_tiles):
     check_kernel_windowed(launch_plan.TILED, 25, max_rows=6, max_width=67, max_bs=6, max_tokens=160)
 
 
-def test_the_lanes_kernel_loop_windowed(monkeypatch):
+def test_the_lanes_kernel_loop_windowed():
     # LARGE with 16-column tiles and few lanes: windows of several tiles per lane (the loop, not ONE).
-    monkeypatch.setattr(launch_plan, "LARGE", (16, 4, 2, False))
-    monkeypatch.setattr(launch_plan, "SMALL_CELLS", -1)
-    monkeypatch.setattr(launch_plan, "TILED_MIN_TOKENS", 2**62)
-    dispatch.forget()
-    try:
+    rule = launch_plan.RULE._replace(large_block=16, small_block=8, target_programs=2, small_cells=-1,
+                                     tiled_min_tokens=2**62)
+    for _ in using_rule(rule):
         check_kernel_windowed(launch_plan.LANES, 20, max_rows=4, max_width=70, max_bs=4, max_tokens=200)
-    finally:
-        dispatch.forget()
 
 
 def test_the_windowed_variant_is_its_own_and_takes_no_slot():

@@ -26,15 +26,33 @@ def as_numpy(tensor: torch.Tensor) -> np.ndarray:
 
 def tiled_everywhere(monkeypatch, block: int):
     """Make every contiguous batch launch the tiled kernel with ``block``-column tiles (small enough to reach every
-    edge case on the interpreter); forgets every plan and bound kernel before and after. A generator: yield from it
-    in a fixture."""
+    edge case on the interpreter), through ``dispatch.use_rule``; the default rule again after. A generator: yield
+    from it in a fixture."""
+    from kv_canary_torch.launch import plan as launch_plan
+
+    yield from using_rule(launch_plan.RULE._replace(large_block=block, small_cells=-1, tiled_fill=0, tiled_min_tiles=0,
+                                                    tiled_min_tokens=0))
+
+
+def using_rule(rule):
+    """Every launch planned under ``rule`` inside (``dispatch.use_rule``), the default rule after. A generator."""
     from kv_canary_torch.launch import dispatch, plan as launch_plan
 
-    monkeypatch.setattr(launch_plan, "LARGE", (block, 4, 4096, False))
-    monkeypatch.setattr(launch_plan, "SMALL_CELLS", -1)
-    monkeypatch.setattr(launch_plan, "TILED_FILL", 0)
-    monkeypatch.setattr(launch_plan, "TILED_MIN_TILES", 0)
-    monkeypatch.setattr(launch_plan, "TILED_MIN_TOKENS", 0)
-    dispatch.forget()
-    yield
-    dispatch.forget()
+    dispatch.use_rule(rule)
+    try:
+        yield
+    finally:
+        dispatch.use_rule(launch_plan.RULE)
+
+
+def native_module(tmp_path_factory):
+    """The launcher's native piece built into a cache folder the test session's workers share (not the default cache:
+    its static state is this path's own)."""
+    from kv_canary_torch.launch import native
+
+    return native.load_module(native.build(shared_native_cache(tmp_path_factory)))
+
+
+def shared_native_cache(tmp_path_factory):
+    """The cache folder the test session's workers share for the native piece."""
+    return tmp_path_factory.getbasetemp().parent / "kv-canary-native"

@@ -1,40 +1,45 @@
-"""The C half of the launch (``native.c``): one ``cuLaunchKernel`` per call, the per-call work of a remembered call in C.
+"""The launcher's native piece (``native.cpp``): a remembered call read, planned and launched in one C++ call.
 
 Contract:
 
-- ``bind(compiled, n_ints, n_window=0) -> kernel | None``: Triton's ``CompiledKernel``
-  ``compiled`` bound once (the C module's capsule), for a launch whose
+- ``module() -> module | None``: the built piece with the CUDA driver loaded
+  (``native.cpp``'s contract at its top: ``bind``, ``configure``,
+  ``signature``, ``call``, ``plan``, ``served``), or None
+  (``unavailable_reason()`` says why: no C++ compiler, a failed build, no CUDA
+  driver, or ``KV_CANARY_C_LAUNCHER=0``). Tried once per process. Where it is
+  None every call takes the launcher's checked path and Triton's own launch.
+- ``bind(compiled, n_ints, n_window=0) -> kernel | None``: Triton's
+  ``CompiledKernel`` ``compiled`` bound once for ``call``, for a launch whose
   parameters are four pointers followed by ``n_ints`` ints (each passed as a
   signed 32-bit int) and, for a windowed kernel (``n_window`` 1), the
-  ``start_cols`` pointer, the grid and the ints given per launch. None when this
-  launcher cannot stand in for Triton's exactly (then the caller keeps
-  Triton's launcher): no C compiler or CUDA driver, ``KV_CANARY_C_LAUNCHER=0``
-  in the environment, or a kernel that needs more than a plain launch (global
-  or profile scratch, a cluster, cooperative or programmatic-dependent launch,
-  more than 48 KiB of shared memory), or whose PTX entry does not take exactly
-  those parameters (and at most two trailing scratch pointers, which are passed
-  null as Triton passes them when the kernel needs none). The PTX is read once
-  per compiled kernel, never per shape.
-- ``module()``: the loaded C module (``launch``, ``plan``, and the call path's
-  ``configure``, ``signature``, ``call``: ``native.c``'s contract), or None
-  (``unavailable_reason()`` says why).
+  ``start_cols`` pointer. None when this launch cannot stand in for Triton's
+  exactly: a kernel that needs more than a plain launch (global or profile
+  scratch, a cluster, cooperative or programmatic-dependent launch, more than
+  48 KiB of shared memory), or whose PTX entry does not take exactly those
+  parameters (and at most two trailing scratch pointers, which are passed null
+  as Triton passes them when the kernel needs none). The PTX is read once per
+  compiled kernel, never per shape.
+- ``build(cache=None) -> Path``: the compiled module (``compile_cached``).
 
 Why: on the H200 host Triton's own launcher (``CompiledKernel.run``) took
 6.2-7.4 us a call: a Python frame that allocates scratch space, then a C
-function that parses some twenty arguments. This one's ``launch`` parses a
-dozen (``METH_FASTCALL``): 4.5 us a call there, nearly all of it the driver's
-``cuLaunchKernel``; and its ``call`` takes a remembered call whole, checks,
-plan and launch (``dispatch``).
+function that parses some twenty arguments, on top of the launcher's Python
+checks. ``call`` reads the tensors' metadata from their ``at::Tensor``, finds
+their signature, plans and calls ``cuLaunchKernel``: 4.4-7 us a whole
+launcher call there, nearly all of it the driver's.
 
-The C source (its contract at its top) is compiled on first use with the C
-compiler Triton itself needs (``$CC``, else ``cc``, ``gcc`` or ``clang``)
-against this Python's headers, and cached under ``$KV_CANARY_CACHE_DIR``
-(default ``~/.cache/kv-canary``) by a hash of the source, the Python version
-and the platform; it needs no CUDA header and finds the driver in the process
-(``dlopen("libcuda.so.1")``). How a build runs (``compile_cached``, for this
-module and ``tensor_meta``'s): synchronously, in the calling thread, one
-process at a time per cache folder (the others wait, then load its result),
-into a temporary file renamed into place when the compiler succeeds.
+How it is built: one C++ source, compiled with the C++ compiler (``$CXX``,
+else ``c++``, ``g++`` or ``clang++``) against this Python's headers and
+torch's headers and libraries, at the first ``module()`` call (the first
+checked Triton launch on a GPU that has a kernel to remember: ``dispatch``),
+synchronously in the calling thread, and cached under
+``$KV_CANARY_CACHE_DIR`` (default ``~/.cache/kv-canary``) by a hash of the
+source, torch's version and ABI, Python and the platform; ``python -m
+kv_canary_torch.launch.build`` builds it ahead. It needs no CUDA header and
+finds the driver in the process (``dlopen("libcuda.so.1")``). The build runs
+one process at a time per cache folder (the others wait, then load its
+result), into a folder of its own renamed into place when the compiler
+succeeds (``compile_cached``), and is bounded by ``BUILD_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -54,8 +59,7 @@ import threading
 import time
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("native.c")
-HEADER = Path(__file__).with_name("tensor_meta.h")  # the metadata the call path keys on (tensor_meta.cpp fills it)
+SOURCE = Path(__file__).with_name("native.cpp")
 MODULE = "_kv_canary_native"
 DISABLE = "KV_CANARY_C_LAUNCHER"  # "0": never use this launcher
 POINTERS = 4  # flat_in, offsets, req_pool_indices, pool_out
@@ -82,8 +86,8 @@ def find_compiler(variable: str, names: tuple[str, ...]) -> str | None:
 
 
 def compiler() -> str | None:
-    """The C compiler: ``$CC``, else the first of ``cc``, ``gcc``, ``clang`` on the PATH."""
-    return find_compiler("CC", ("cc", "gcc", "clang"))
+    """The C++ compiler: ``$CXX``, else the first of ``c++``, ``g++``, ``clang++`` on the PATH."""
+    return find_compiler("CXX", ("c++", "g++", "clang++"))
 
 
 def python_include() -> str:
@@ -187,16 +191,31 @@ def _builder_alive(name: str) -> bool:
     return True
 
 
+def _torch_flags() -> tuple[list[str], bytes]:
+    """The compile and link flags for this torch, and what of torch the build depends on (for the cache's tag)."""
+    import torch
+
+    root = Path(torch.__file__).parent
+    abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", 1))
+    flags = [
+        f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{root / 'include'}", f"-I{root / 'include' / 'torch' / 'csrc' / 'api' / 'include'}",
+        f"-L{root / 'lib'}", "-lc10", "-ltorch_cpu", "-ltorch_python", f"-Wl,-rpath,{root / 'lib'}",
+    ]
+    return flags, f"{torch.__version__} {abi} {root}".encode()
+
+
 def build(cache: Path | None = None) -> Path:
     """The compiled module's path in ``cache`` (default ``cache_dir()``), compiled first if absent; raises why it cannot."""
+    flags, tag = _torch_flags()
 
     def command(output: str) -> list[str]:
-        cc = compiler()
-        if cc is None:
-            raise OSError("no C compiler (set CC)")
-        return [cc, "-O2", "-shared", "-fPIC", f"-I{python_include()}", f"-I{SOURCE.parent}", str(SOURCE), "-o", output, "-ldl"]
+        cxx = compiler()
+        if cxx is None:
+            raise OSError("no C++ compiler (set CXX)")
+        return [cxx, "-O2", "-std=c++17", "-w", "-shared", "-fPIC", f"-I{python_include()}", str(SOURCE), "-o", output,
+                *flags, "-ldl"]
 
-    return compile_cached(MODULE, (SOURCE, HEADER), command, cache=cache)
+    return compile_cached(MODULE, (SOURCE,), command, tag, cache)
 
 
 def load_module(path: Path, name: str = MODULE):
@@ -208,7 +227,7 @@ def load_module(path: Path, name: str = MODULE):
 
 
 def module():
-    """The C module with the CUDA driver loaded, or None (``unavailable_reason()`` says why); tried once, built first if absent."""
+    """The native piece with the CUDA driver loaded, or None (``unavailable_reason()`` says why); tried once, built first if absent."""
     global _module, _reason, _tried
     if not _tried:
         with _loading:  # a second thread waits for the first one's build rather than seeing None meanwhile
@@ -227,7 +246,7 @@ def module():
 
 
 def unavailable_reason() -> str | None:
-    """Why ``bind`` returns None for every kernel (None: the launcher loaded, or was not tried yet)."""
+    """Why ``module()`` is None (None: it loaded, or was not tried yet)."""
     return _reason
 
 
@@ -273,12 +292,11 @@ def layout(sizes: tuple[int, ...] | None, n_ints: int, n_window: int = 0) -> int
     return scratch if 0 <= scratch <= MAX_SCRATCH_POINTERS and sizes == expected else None
 
 
-def bind(compiled, n_ints: int, n_window: int = 0) -> object | None:
-    """``compiled`` bound to the C launcher (see the module docstring), or None; ``n_window`` 1 for a windowed
+def bind(c, compiled, n_ints: int, n_window: int = 0) -> object | None:
+    """``compiled`` bound by ``c`` (``module()``; see the module docstring), or None; ``n_window`` 1 for a windowed
     kernel, whose ``start_cols`` pointer follows the ints (its unit stride compiled in)."""
-    c = module()
     metadata = getattr(compiled, "metadata", None)
-    if c is None or metadata is None or not plain_launch(metadata):
+    if metadata is None or not plain_launch(metadata):
         return None
     try:
         sizes = entry_params(compiled.asm["ptx"], metadata.name)

@@ -1,16 +1,19 @@
 """The launch rule of the Triton backend: which kernel, which launch shape, which grid and which ints, from shapes and strides.
 
 Contract: ``plan(bs, n_tokens, n_rows, width, stride_row, stride_col,
-flat_stride, offsets_stride, rows_stride, device) -> Plan`` (``NOTHING`` when
+flat_stride, offsets_stride, rows_stride, device, windowed=False, rule=RULE) -> Plan`` (``NOTHING`` when
 no cell can be written: ``bs``, ``N``, ``R`` or ``C`` is 0) is a pure
 function of its integers, a few integer operations; it reads no data and
 keeps nothing, so a serving step whose ``N`` and ``bs`` change every call
 costs the same as a repeated one. ``Plan.variant`` names the compiled kernel
 the launch needs (one per device, kernel, launch shape and constexprs: a
 handful in all); ``Plan.slot`` is its index among the ``SLOTS`` variants one
-argument signature can need, which the C call path
-(``native.c``, ``plan_call``: this rule's twin, fed ``rule()``'s numbers at
-configure, tested equal to this one at every boundary) fills per signature.
+argument signature can need, which the C call path fills per signature.
+
+The numbers live here once: ``Rule`` (``RULE``: this module's constants) and
+the slots. The C call path (``native.cpp``'s ``plan_launch``, the same few
+integer operations in C) takes them by name from ``native_config`` when it is
+configured, and is tested equal to this rule at every boundary.
 
 Two kernels (``kv_canary_torch.triton_kernel``):
 
@@ -29,14 +32,14 @@ Two kernels (``kv_canary_torch.triton_kernel``):
   and the pool's columns are contiguous, ``WIDE`` (int64 column offsets)
   where a column index times a stride, or the last lane's tile, could pass
   2**31, and ``ONE`` (no tile loop) where the lanes cover the longest window,
-  ``lanes * BLOCK >= min(C, N)``: every ``SMALL`` launch (``rule`` checks
+  ``lanes * BLOCK >= min(C, N)``: every ``SMALL`` launch (``Rule.checked`` checks
   that ``SMALL_CELLS`` guarantees it) and every ``LARGE`` one but batches of
   more than ``TARGET_PROGRAMS`` tiles.
 
 Both kernels take ``WINDOWED`` where the call passes ``start_cols`` (one more
 scalar load a program, the window shifted; ``windowed=True``): a variant of its
-own, which only Triton's generic launch takes (the C call path launches
-unwindowed calls alone), so it adds no slot.
+own, in the same slot: a windowed call has a signature of its own, whose
+slots hold the windowed kernels.
 
 Both kernels take ``DENSE`` where ``offsets`` and ``req_pool_indices`` are
 contiguous (every serving step's): no stride multiply before their loads.
@@ -58,7 +61,7 @@ count is a pure speed choice:
 
 ``small_ints``: every integer argument, and ``bs`` (grid axis 0), fits
 int32. Triton passes an int as i32 when it fits and i64 otherwise, a
-different compiled kernel; the remembered kernels and the C launcher take
+different compiled kernel; the remembered kernels and the call path take
 only the i32 one, and a plan with a larger int launches through Triton's
 generic path.
 """
@@ -71,14 +74,14 @@ from shared_spec.reference import longest_window
 
 # Launch shapes, from benchmarks/tune_triton.py on the H200 (interleaved
 # rounds against the same-run per-request-tile baseline): (BLOCK, num_warps,
-# TARGET_PROGRAMS, STREAM). A batch whose requests together span at most
+# TARGET_PROGRAMS). A batch whose requests together span at most
 # SMALL_CELLS columns is latency-bound: 256-column tiles (2 tokens a thread)
 # finish soonest. Everything larger streams best from 1024-column tiles over
 # 4 warps (8 tokens a thread), at most ~4096 programs. Across the grid these
 # measured 0.87x to 1.02x the baseline's device time (ratios of medians).
 SMALL_CELLS = 16384
-SMALL = (256, 4, 4096, False)
-LARGE = (1024, 4, 4096, False)
+SMALL = (256, 4, 4096)
+LARGE = (1024, 4, 4096)
 # The lanes kernel's ONE (each lane one tile, no loop), with the row loaded after the lane's test: chained in CUDA
 # graphs 0.94-1.03x the baseline where the loop with the row first took 0.97-1.06x, flushed 0.95-0.99x where it took
 # 0.95-1.02x (tune_triton.py-style sweeps on the H200, 2026-12-01, two runs of 5 interleaved rounds, at the 8
@@ -127,14 +130,54 @@ INT32_END = 2**31
 TILED, LANES = "tiled", "lanes"
 # Each kernel's constexpr parameters, in the order of a plan's ``constexprs``.
 TILED_CONSTEXPRS = ("BLOCK", "DENSE", "WINDOWED")
-LANES_CONSTEXPRS = ("BLOCK", "WIDE", "STREAM", "UNIT", "DENSE", "ONE", "WINDOWED")
+LANES_CONSTEXPRS = ("BLOCK", "WIDE", "UNIT", "DENSE", "ONE", "WINDOWED")
 # The variants one argument signature can need, by slot: the lanes kernel with ONE
-# in the SMALL and LARGE shapes, each narrow and WIDE (0-3); the LARGE lanes kernel
-# with its loop, narrow and WIDE (4, 5); the tiled kernel (device, UNIT and DENSE
-# follow from the signature).
+# in the SMALL and LARGE shapes, each narrow and WIDE (0-3: 2 * large + wide); the LARGE lanes kernel
+# with its loop, narrow and WIDE (LOOP_SLOT + wide); the tiled kernel (device, UNIT and DENSE
+# follow from the signature). The C call path takes these numbers from ``native_config``.
 SLOTS = 7
 LOOP_SLOT = 4
 TILED_SLOT = 6
+
+
+class Rule(NamedTuple):
+    """The launch rule's numbers: ``RULE`` (this module's constants) unless a caller plans under another one.
+
+    ``dispatch.use_rule`` hands one to both the Python rule and the C call path (tests use small tiles)."""
+
+    small_cells: int = SMALL_CELLS
+    small_block: int = SMALL[0]
+    large_block: int = LARGE[0]
+    warps: int = LARGE[1]  # SMALL's and LARGE's
+    target_programs: int = LARGE[2]  # SMALL's and LARGE's
+    tiled_warps: int = TILED_WARPS
+    tiled_min_tokens: int = TILED_MIN_TOKENS
+    tiled_min_tiles: int = TILED_MIN_TILES
+    tiled_fill: int = TILED_FILL
+
+    @property
+    def small(self) -> tuple[int, int, int]:
+        return (self.small_block, self.warps, self.target_programs)
+
+    @property
+    def large(self) -> tuple[int, int, int]:
+        return (self.large_block, self.warps, self.target_programs)
+
+    def checked(self) -> "Rule":
+        """This rule, or ValueError where its numbers break what the slots assume."""
+        if min(self.small_block, self.large_block, self.warps, self.target_programs, self.tiled_warps) < 1:
+            raise ValueError("the rule's blocks, warps and target must be positive")
+        if self.small_block == self.large_block:
+            raise ValueError("SMALL and LARGE must differ in BLOCK (the slots tell them apart by it)")
+        # bs * window <= SMALL_CELLS <= BLOCK * target gives cdiv(window, BLOCK) <= cdiv(target, bs): lanes for every tile.
+        if self.small_cells > self.small_block * self.target_programs:
+            raise ValueError("SMALL_CELLS must give every SMALL launch ONE (the slots have no SMALL loop)")
+        return self
+
+
+RULE = Rule().checked()
+if SMALL[1:] != LARGE[1:]:
+    raise ValueError("SMALL and LARGE share their warps and target (Rule has one of each)")
 
 
 class Plan(NamedTuple):
@@ -142,87 +185,84 @@ class Plan(NamedTuple):
 
     grid: tuple[int, int]
     ints: tuple[int, ...]  # the kernel's integer arguments, in order
-    shape: tuple[int, int, int, bool]  # (BLOCK, num_warps, TARGET_PROGRAMS, STREAM)
+    warps: int  # num_warps
     constexprs: tuple  # the kernel's constexprs (LANES_CONSTEXPRS or TILED_CONSTEXPRS), after its other arguments
-    variant: tuple  # (device, kernel, shape, constexprs): one compiled kernel each
+    variant: tuple  # (device, kernel, warps, constexprs): one compiled kernel each
     small_ints: bool  # every int and bs fit int32 (the remembered kernels' specialization, grid axis 0)
-    kernel: str  # TILED or LANES
     slot: int  # the variant's index among a signature's SLOTS
 
+    @property
+    def tiled(self) -> bool:
+        """Whether the tiled kernel runs (else the lanes kernel)."""
+        return self.slot == TILED_SLOT
 
-NOTHING = Plan((0, 0), (), (0, 0, 0, False), (), (), False, LANES, -1)  # bs, N, R or C is 0
+
+NOTHING = Plan((0, 0), (), 0, (), (), False, -1)  # bs, N, R or C is 0
 
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def launch_shape(bs: int, width: int, n_tokens: int) -> tuple[int, int, int, bool]:
-    """(BLOCK, num_warps, TARGET_PROGRAMS, STREAM) for one launch: SMALL when the batch spans at most SMALL_CELLS cells."""
-    return SMALL if bs * longest_window(width, n_tokens) <= SMALL_CELLS else LARGE
+def launch_shape(bs: int, width: int, n_tokens: int, rule: Rule = RULE) -> tuple[int, int, int]:
+    """(BLOCK, num_warps, TARGET_PROGRAMS) for one launch: SMALL when the batch spans at most SMALL_CELLS cells."""
+    return rule.small if bs * longest_window(width, n_tokens) <= rule.small_cells else rule.large
 
 
-def tiled(shape, flat_stride: int, stride_col: int, bs: int, n_tokens: int, window: int, tiles: int) -> bool:
+def tiled(large: bool, flat_stride: int, stride_col: int, bs: int, n_tokens: int, window: int, tiles: int,
+          rule: Rule = RULE) -> bool:
     """Whether the tiled kernel runs (module docstring): contiguous, large, many tokens, long windows, a full batch, within grid axis 1.
 
     ``window`` is ``min(C, N)``; ``tiles`` is its grid's axis 1, ``cdiv(window, BLOCK) + 1``.
     """
     return (
-        flat_stride == 1 and stride_col == 1 and shape == LARGE and n_tokens >= TILED_MIN_TOKENS
-        and tiles - 1 >= TILED_MIN_TILES and 100 * n_tokens >= TILED_FILL * bs * window and tiles <= GRID_AXIS_1
+        flat_stride == 1 and stride_col == 1 and large and n_tokens >= rule.tiled_min_tokens
+        and tiles - 1 >= rule.tiled_min_tiles and 100 * n_tokens >= rule.tiled_fill * bs * window and tiles <= GRID_AXIS_1
     )
 
 
 def plan(bs, n_tokens, n_rows, width, stride_row, stride_col, flat_stride, offsets_stride, rows_stride, device,
-         windowed: bool = False) -> Plan:
-    """The launch of one call (``windowed``: it passes ``start_cols``); see the module docstring.
+         windowed: bool = False, rule: Rule = RULE) -> Plan:
+    """The launch of one call (``windowed``: it passes ``start_cols``) under ``rule``; see the module docstring.
 
     A windowed request writes at most as many columns as an unwindowed one (``hi - lo <= min(C - shift, N)``), so
     the same grid covers it."""
     if bs == 0 or n_tokens == 0 or n_rows == 0 or width == 0:
         return NOTHING
     window = longest_window(width, n_tokens)
-    shape = launch_shape(bs, width, n_tokens)
-    block, _, target, stream = shape
+    large = bs * window > rule.small_cells
+    block = rule.large_block if large else rule.small_block
     tiles = cdiv(window, block) + 1  # aligned tiles a window can meet
     dense = offsets_stride == 1 and rows_stride == 1
-    if tiled(shape, flat_stride, stride_col, bs, n_tokens, window, tiles):
-        shape = (block, TILED_WARPS, target, stream)
+    if tiled(large, flat_stride, stride_col, bs, n_tokens, window, tiles, rule):
         ints = (n_tokens, n_rows, width, offsets_stride, rows_stride, stride_row)
         constexprs = (block, dense, windowed)
-        return Plan((bs, tiles), ints, shape, constexprs, (device, TILED, shape, constexprs), max(*ints, bs) < INT32_END,
-                    TILED, TILED_SLOT)
-    lanes = min(cdiv(window, block), cdiv(target, bs))
+        return Plan((bs, tiles), ints, rule.tiled_warps, constexprs, (device, TILED, rule.tiled_warps, constexprs),
+                    max(*ints, bs) < INT32_END, TILED_SLOT)
+    lanes = min(cdiv(window, block), cdiv(rule.target_programs, bs))
     wide = width * max(stride_col, flat_stride, 1) >= INT32_END or width + lanes * block >= INT32_END
     one = lanes * block >= window
     ints = (n_tokens, n_rows, width, flat_stride, offsets_stride, rows_stride, stride_row, stride_col)
-    constexprs = (block, wide, stream, flat_stride == 1 and stride_col == 1, dense, one, windowed)
-    return Plan((bs, lanes), ints, shape, constexprs, (device, LANES, shape, constexprs), max(*ints, bs) < INT32_END,
-                LANES, 2 * (shape == LARGE) + wide if one else LOOP_SLOT + wide)
+    constexprs = (block, wide, flat_stride == 1 and stride_col == 1, dense, one, windowed)
+    return Plan((bs, lanes), ints, rule.warps, constexprs, (device, LANES, rule.warps, constexprs),
+                max(*ints, bs) < INT32_END, 2 * large + wide if one else LOOP_SLOT + wide)
 
 
-def slot_variants(stride_col, flat_stride, offsets_stride, rows_stride, device, windowed: bool = False) -> tuple[tuple, ...]:
+def slot_variants(stride_col, flat_stride, offsets_stride, rows_stride, device, windowed: bool = False,
+                  rule: Rule = RULE) -> tuple[tuple, ...]:
     """The ``variant`` of each of the ``SLOTS`` slots for arguments of these strides on ``device``: what ``plan`` gives
-    unwindowed launch of one argument signature, whatever its ``N`` and ``bs`` (``plan(...).variant ==
+    every launch of one argument signature, whatever its ``N`` and ``bs`` (``plan(...).variant ==
     slot_variants(...)[plan(...).slot]``), so a signature's slots can be filled from kernels compiled for others."""
     unit, dense = flat_stride == 1 and stride_col == 1, offsets_stride == 1 and rows_stride == 1
     lanes = [
-        (shape, (shape[0], wide, shape[3], unit, dense, one, windowed))
-        for shape, one in ((SMALL, True), (LARGE, True), (LARGE, False)) for wide in (False, True)
+        (block, wide, unit, dense, one, windowed)
+        for block, one in ((rule.small_block, True), (rule.large_block, True), (rule.large_block, False))
+        for wide in (False, True)
     ]
-    tiled_shape = (LARGE[0], TILED_WARPS, LARGE[2], LARGE[3])
-    return (*((device, LANES, shape, constexprs) for shape, constexprs in lanes),
-            (device, TILED, tiled_shape, (LARGE[0], dense, windowed)))
+    return (*((device, LANES, rule.warps, constexprs) for constexprs in lanes),
+            (device, TILED, rule.tiled_warps, (rule.large_block, dense, windowed)))
 
 
-def rule() -> tuple[int, ...]:
-    """This module's numbers in the order the C twin takes them (``native.c``, ``configure``).
-
-    Read at each configure, so a test that changes them reconfigures the C side with them.
-    """
-    if SMALL[1:] != LARGE[1:] or SMALL[0] == LARGE[0] or SMALL[3]:  # the twin knows one warp count and target, no STREAM
-        raise ValueError("the C launch rule takes SMALL and LARGE differing in BLOCK alone, STREAM off")
-    # bs * window <= SMALL_CELLS <= BLOCK * target gives cdiv(window, BLOCK) <= cdiv(target, bs): lanes for every tile.
-    if SMALL_CELLS > SMALL[0] * SMALL[2]:
-        raise ValueError("SMALL_CELLS must give every SMALL launch ONE (the slots have no SMALL loop)")
-    return (SMALL_CELLS, SMALL[0], LARGE[0], LARGE[2], TILED_MIN_TOKENS, TILED_MIN_TILES, TILED_FILL, GRID_AXIS_1)
+def native_config(rule: Rule = RULE) -> dict:
+    """What the C call path plans with, by name (``native.cpp``'s ``configure``): ``rule``'s numbers and the slots'."""
+    return dict(rule._asdict(), grid_axis_1=GRID_AXIS_1, slots=SLOTS, loop_slot=LOOP_SLOT, tiled_slot=TILED_SLOT)
