@@ -240,10 +240,10 @@ class VersionAction(argparse.Action):
 
 
 def select_cases(patterns):
-    """The conformance cases whose names match any of ``patterns`` (all cases when None)."""
+    """The conformance cases whose names match any of ``patterns`` (all cases, of every op, when None)."""
     from shared_spec.cases import load_cases
 
-    cases = load_cases()
+    cases = load_cases(op=None)
     if not patterns:
         return cases
     for pattern in patterns:
