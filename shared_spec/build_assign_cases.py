@@ -3,7 +3,8 @@
 Value cases carry the table of ``assign_oracle``: the assignment's running sum in Python integers (wrapped to
 int64 as sglang's is), then the scatter's literal pseudo-code (``build_cases.loop_oracle``) over those offsets:
 independent of ``assignment.windows`` and of the vectorized reference. Error cases carry their messages
-written out by hand.
+written out by hand. ``build_cases`` passes its ``loop_oracle`` and ``sentinel_pool`` in (``assign_cases``), so
+that this module imports nothing of it.
 """
 
 from __future__ import annotations
@@ -21,10 +22,8 @@ def wrap64(value: int) -> int:
     return (value + 2**63) % 2**64 - 2**63
 
 
-def assign_oracle(rows, table, start, end, out_cache_loc, batch_size=None) -> np.ndarray:
-    """The table after the assignment: pt_r the wrapped running sum of ``end - start``, then the scatter's loop."""
-    from shared_spec.build_cases import loop_oracle  # build_cases imports this module
-
+def assign_oracle(loop_oracle, rows, table, start, end, out_cache_loc, batch_size=None) -> np.ndarray:
+    """The table after the assignment: pt_r the wrapped running sum of ``end - start``, then ``loop_oracle``."""
     bs = len(rows) if batch_size is None else batch_size
     offsets, pt = [0], 0
     for r in range(bs):
@@ -37,10 +36,12 @@ def assign_oracle(rows, table, start, end, out_cache_loc, batch_size=None) -> np
     )
 
 
-def table_of(n_rows: int, width: int) -> np.ndarray:
-    from shared_spec.build_cases import sentinel_pool
+# build_cases' oracle and sentinel pools, set by assign_cases.
+TOOLS: dict = {}
 
-    return sentinel_pool(n_rows, width)
+
+def table_of(n_rows: int, width: int) -> np.ndarray:
+    return TOOLS["sentinel_pool"](n_rows, width)
 
 
 def arrays(rows, table, start, end, out_cache_loc, batch_size, dtypes) -> dict:
@@ -58,7 +59,7 @@ def arrays(rows, table, start, end, out_cache_loc, batch_size, dtypes) -> dict:
 def assign_case(name, rule, rows, table, start, end, out_cache_loc, batch_size="all", *, dtypes=("int64",) * 4, layout=None) -> Case:
     """A value case; ``batch_size`` "all" is ``len(rows)`` passed as an int (None passes None)."""
     bs = len(rows) if batch_size == "all" else batch_size
-    expected = assign_oracle(rows, table, start, end, out_cache_loc, bs)
+    expected = assign_oracle(TOOLS["loop_oracle"], rows, table, start, end, out_cache_loc, bs)
     return Case(
         name=name, rule=rule, args=arrays(rows, table, start, end, out_cache_loc, bs, dtypes),
         expected_pool=ArrayData.of(expected), layout=layout, op=ASSIGN,
@@ -163,5 +164,7 @@ def assign_error_cases() -> list[Case]:
     ]
 
 
-def assign_cases() -> list[Case]:
+def assign_cases(loop_oracle, sentinel_pool) -> list[Case]:
+    """Every case of the assignment, its tables by ``loop_oracle`` (the scatter's), its tables filled by ``sentinel_pool``."""
+    TOOLS.update(loop_oracle=loop_oracle, sentinel_pool=sentinel_pool)
     return assign_value_cases() + assign_error_cases()

@@ -371,7 +371,7 @@ def checked_error_cases() -> list[Case]:
 def all_cases() -> list[Case]:
     return (
         value_cases() + windowed_value_cases() + argument_error_cases() + windowed_argument_error_cases()
-        + checked_error_cases() + assign_cases()
+        + checked_error_cases() + assign_cases(loop_oracle, sentinel_pool)
     )
 
 

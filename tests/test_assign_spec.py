@@ -8,6 +8,7 @@ from hypothesis import given
 
 from shared_spec import assignment, errors
 from shared_spec.build_assign_cases import assign_oracle
+from shared_spec.build_cases import loop_oracle
 from shared_spec.cases import ASSIGN, SCATTER, load_cases
 from shared_spec.checks import ArrayView, NotAnArray
 from tests.assign_support import EXTREME_WINDOWS, anything, assignments, literal_assignment
@@ -44,7 +45,7 @@ def test_reference_is_sglangs_loop_clipped(batch):
 @property_settings(100, health_checks=True)
 @given(batch=anything())
 def test_reference_is_the_oracle_of_the_cases(batch):
-    np.testing.assert_array_equal(assignment.assignment_reference(*batch), assign_oracle(*batch))
+    np.testing.assert_array_equal(assignment.assignment_reference(*batch), assign_oracle(loop_oracle, *batch))
 
 
 @pytest.mark.parametrize("start,end", EXTREME_WINDOWS)
@@ -53,7 +54,7 @@ def test_int64_extremes_match_the_oracle(start, end):
 
     rows = np.arange(len(start))
     args = (rows, sentinel_pool(len(start), 5), np.asarray(start, np.int64), np.asarray(end, np.int64), np.arange(1, 8))
-    np.testing.assert_array_equal(assignment.assignment_reference(*args), assign_oracle(*args))
+    np.testing.assert_array_equal(assignment.assignment_reference(*args), assign_oracle(loop_oracle, *args))
 
 
 def test_negative_length_lowers_the_running_sum():
