@@ -1,0 +1,135 @@
+"""The Triton kernel of ``assign_req_to_token_pool`` (``shared_spec.assignment``): prefix sum and copy in one launch.
+
+Import this module only when a Triton launch is about to happen (``TRITON_INTERPRET`` is read when ``@triton.jit``
+runs, as for ``triton_kernel``, whose window math this kernel reuses).
+
+Grid ``(cdiv(bs, GROUP), SPLIT)``; program ``(g, s)`` serves the requests ``g * GROUP + [0, GROUP)``::
+
+    pt0   = sum of end - start over the requests before the group      -- a loop of PREFIX-wide blocks
+    len   = end - start of the group's requests (int64, widened from int32; 0 past bs)
+    pt    = pt0 + cumsum(len) - len                                    -- tl.cumsum within the group
+    base, lo, hi, shift = the windowed scatter's window of each request (triton_kernel.clipped_window over
+          offsets [pt, pt + len), start_cols = start; hi = 0 for a row outside the table)
+    cnt   = max(hi - lo, 0); its cumsum over the group numbers the group's cells 0 .. total - 1
+    for the blocks of BLOCK cells s, s + SPLIT, ...:
+        cell k belongs to request q (the number of cumsum(cnt) entries <= k), column j = lo_q + k - first_q:
+        req_to_token[row_q, shift_q + j] = int32(out_cache_loc[base_q + j])
+
+Every launch constant is fixed (``GROUP``, ``PREFIX``, ``BLOCK``); ``bs``, the table's shape, ``len(out_cache_loc)``
+and the strides are runtime arguments, never specialized, so a launch compiles nothing new for a new batch size
+or table (one variant per combination of the four index dtypes). The prefix costs ``cdiv(g * GROUP, PREFIX)``
+vector loads in program ``g``: one iteration for the first ``PREFIX / GROUP`` groups (``bs <= 1024``), where
+sglang's kernel loads a ``next_power_of_2(bs)``-wide block in every program and compiles one per ``bs`` bucket.
+The copy packs the group's cells densely: a decode step's 16 one-token requests are one block, a long request's
+cells are spread over the ``SPLIT`` programs of its group. Loads and stores are masked; ``out_cache_loc`` is read
+only inside ``[0, N)``, the table only written inside ``[0, R) x [0, C)``.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from kv_canary_torch.triton_kernel import INT64_MAX, clipped_window
+
+GROUP = 16  # requests a program
+PREFIX = 1024  # lengths a prefix-loop iteration sums
+BLOCK = 256  # cells a copy iteration writes
+# Programs per group: enough to fill the GPU when the groups are few, at most MAX_SPLIT (grid axis 1 <= 65535).
+TARGET_PROGRAMS = 1024
+MAX_SPLIT = 64
+
+
+def split_for(n_groups: int) -> int:
+    """Grid axis 1 for ``n_groups`` groups: from ``bs`` alone (the cells per group are on the device)."""
+    return max(1, min(MAX_SPLIT, -(-TARGET_PROGRAMS // max(n_groups, 1))))
+
+
+@triton.jit
+def vector_window(start, end, first_col, width, n_tokens):
+    """``(base, lo, hi, shift)`` of ``shared_spec.reference.windowed_columns`` on vectors of requests (the general
+    branch of ``triton_kernel.windowed_window``, all selects: exact in wrapping int64 for every value)."""
+    shift = tl.minimum(tl.maximum(first_col, 0), width)
+    behind = first_col < 0
+    back = tl.where(behind, first_col, 0)
+    past = behind & (start > INT64_MAX + back)  # start - s > 2**63 - 1
+    moved = tl.where(behind & ~past, start - back, start)
+    base, lo, hi = clipped_window(moved, end, width - shift, n_tokens)
+    return base, tl.where(past, 0, lo), tl.where(past, 0, hi), shift
+
+
+@triton.jit
+def pick(onehot, values):
+    """Per cell, its request's entry of ``values`` (``onehot`` [cells, GROUP] has one True per row, or none: 0)."""
+    return tl.sum(tl.where(onehot, values[None, :], 0), axis=1)
+
+
+@triton.jit(do_not_specialize=[
+    "bs", "n_tokens", "n_rows", "width", "rows_stride", "start_stride", "end_stride", "loc_stride", "stride_row",
+    "stride_col",
+])
+def assign_kernel(
+    rows_ptr,  # *int32|int64 req_pool_indices, element stride rows_stride
+    table_ptr,  # *int32 req_to_token, R x C, element strides (stride_row, stride_col)
+    start_ptr,  # *int32|int64 start_offset
+    end_ptr,  # *int32|int64 end_offset
+    loc_ptr,  # *int32|int64 out_cache_loc, N entries
+    bs, n_tokens, n_rows, width,
+    rows_stride, start_stride, end_stride, loc_stride, stride_row, stride_col,
+    GROUP: tl.constexpr, PREFIX: tl.constexpr, BLOCK: tl.constexpr,
+):
+    group = tl.program_id(0).to(tl.int64)
+    split = tl.program_id(1).to(tl.int64)
+    first_request = group * GROUP
+    # The running sum before the group: fixed-width blocks of lengths, wrapping int64 as sglang's sum.
+    pt0 = tl.zeros((), tl.int64)
+    b = first_request - first_request
+    while b < first_request:
+        idx = b + tl.arange(0, PREFIX)
+        m = idx < first_request
+        s = tl.load(start_ptr + idx * start_stride, mask=m, other=0).to(tl.int64)
+        e = tl.load(end_ptr + idx * end_stride, mask=m, other=0).to(tl.int64)
+        pt0 += tl.sum(e - s, axis=0)
+        b += PREFIX
+    r = first_request + tl.arange(0, GROUP)
+    mine = r < bs
+    start = tl.load(start_ptr + r * start_stride, mask=mine, other=0).to(tl.int64)
+    end = tl.load(end_ptr + r * end_stride, mask=mine, other=0).to(tl.int64)
+    row = tl.load(rows_ptr + r * rows_stride, mask=mine, other=-1).to(tl.int64)
+    length = end - start
+    pt = pt0 + tl.cumsum(length, axis=0) - length  # the windowed scatter's offsets[r]
+    base, lo, hi, shift = vector_window(pt, pt + length, start, width, n_tokens)
+    hi = tl.where(mine & (row >= 0) & (row < n_rows), hi, 0)
+    count = tl.maximum(hi - lo, 0)
+    ends = tl.cumsum(count, axis=0)  # cells of the group's requests up to and including each
+    firsts = ends - count
+    total = tl.sum(count, axis=0)
+    row = tl.where(hi > 0, row, 0)
+    k0 = split * BLOCK
+    while k0 < total:
+        k = k0 + tl.arange(0, BLOCK)
+        q = tl.sum((ends[None, :] <= k[:, None]).to(tl.int32), axis=1)  # the cell's request in the group
+        onehot = tl.arange(0, GROUP)[None, :] == q[:, None]
+        j = pick(onehot, lo) + k - pick(onehot, firsts)
+        valid = k < total
+        token = tl.where(valid, pick(onehot, base) + j, 0)
+        ids = tl.load(loc_ptr + token * loc_stride, mask=valid)
+        at = pick(onehot, row) * stride_row + (pick(onehot, shift) + j) * stride_col
+        tl.store(table_ptr + tl.where(valid, at, 0), ids.to(tl.int32), mask=valid)
+        k0 += tl.num_programs(1) * BLOCK
+
+
+def launch(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size: int) -> None:
+    """One launch over checked tensors on one device (nothing when ``batch_size`` is 0); no host sync."""
+    if batch_size == 0:
+        return
+    n_groups = -(-batch_size // GROUP)
+    n_rows, width = req_to_token.shape
+    stride_row, stride_col = req_to_token.stride()
+    assign_kernel[(n_groups, split_for(n_groups))](
+        req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc,
+        batch_size, out_cache_loc.shape[0], n_rows, width,
+        req_pool_indices.stride(0), start_offset.stride(0), end_offset.stride(0), out_cache_loc.stride(0),
+        stride_row, stride_col,
+        GROUP=GROUP, PREFIX=PREFIX, BLOCK=BLOCK,
+    )

@@ -1,0 +1,175 @@
+"""``kv_canary_torch.assign_req_to_token_pool_func``: the Triton kernel (interpreted without CUDA) and the composed
+backends against the assignment's reference, on sentinel-filled tables; errors; GPU properties (marked gpu)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+from kv_canary.platform import cuda_available
+from kv_canary_torch import assign_req_to_token_pool_func
+from kv_canary_torch.conformance import TorchRunner
+from shared_spec import assignment, errors
+from shared_spec.build_cases import sentinel_pool
+from shared_spec.cases import ASSIGN, load_cases
+from shared_spec.conformance import check_case
+from tests.assign_support import EXTREME_WINDOWS, INT64_MAX, INT64_MIN, assignments, well_formed
+from tests.profiles import property_settings
+
+DEVICE = "cuda" if cuda_available() else "cpu"
+BACKENDS = ["triton", "torch"]
+
+
+def run(batch, backend, device=DEVICE, strided=False):
+    """The table after one call on tensors made from the numpy ``batch`` (``strided``: every 1-D input a view of
+    every other element, the table a column slice)."""
+    rows, table, start, end, loc, bs = batch
+
+    def tensor(x):
+        t = torch.from_numpy(np.ascontiguousarray(x)).to(device)
+        if strided:
+            wide = torch.zeros(2 * t.shape[0], dtype=t.dtype, device=device)
+            wide[::2] = t
+            return wide[::2]
+        return t
+
+    if strided:
+        wide = torch.full((table.shape[0], table.shape[1] + 3), -77, dtype=torch.int32, device=device)
+        wide[:, 1 : 1 + table.shape[1]] = torch.from_numpy(table).to(device)
+        t = wide[:, 1 : 1 + table.shape[1]]
+    else:
+        t = torch.from_numpy(table.copy()).to(device)
+    assign_req_to_token_pool_func(tensor(rows), t, tensor(start), tensor(end), tensor(loc), bs, backend=backend)
+    if strided:
+        assert (wide[:, 0] == -77).all() and (wide[:, -2:] == -77).all()
+    return t.cpu().numpy()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@property_settings(15)
+@given(batch=assignments(), strided=st.booleans())
+def test_matches_the_reference(backend, batch, strided):
+    np.testing.assert_array_equal(run(batch, backend, strided=strided), assignment.assignment_reference(*batch))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@property_settings(8)
+@given(batch=well_formed(max_rows=40, max_width=70, max_bs=40))
+def test_well_formed_batches_past_a_group(backend, batch):
+    """Several groups of requests (GROUP = 16) and several copy blocks per group."""
+    np.testing.assert_array_equal(run(batch, backend), assignment.assignment_reference(*batch))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("start,end", EXTREME_WINDOWS)
+@pytest.mark.parametrize("dtype", ["int64"])
+def test_int64_extremes(backend, start, end, dtype):
+    n = len(start)
+    batch = (np.arange(n), sentinel_pool(n, 5), np.asarray(start, dtype), np.asarray(end, dtype),
+             np.asarray([INT64_MIN, INT64_MAX, 7, -1, 2**40, 3, 4]), n)
+    np.testing.assert_array_equal(run(batch, backend), assignment.assignment_reference(*batch))
+
+
+def test_prefix_sum_across_many_groups():
+    """bs past PREFIX (1024 lengths a prefix iteration): the running sum of earlier groups in several blocks."""
+    from kv_canary_torch import assign_kernel
+
+    bs = assign_kernel.PREFIX + 3 * assign_kernel.GROUP + 5
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(-1, 3, bs)
+    start = rng.integers(0, 4, bs)
+    batch = (rng.permutation(bs + 7)[:bs], sentinel_pool(bs + 7, 8), start, start + lengths, np.arange(1, 2 * bs), bs)
+    np.testing.assert_array_equal(run(batch, "triton"), assignment.assignment_reference(*batch))
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch", "pallas"])
+def test_conformance_cases(backend):
+    runner = TorchRunner(backend)
+    if runner.unavailable:
+        pytest.skip(runner.unavailable)
+    results = [check_case(runner, case) for case in load_cases(op=ASSIGN)]
+    assert [r for r in results if r.status == "fail"] == []
+    assert sum(r.status == "pass" for r in results) >= 30
+
+
+def test_unknown_backend_is_the_assignments_error():
+    t = torch.zeros((2, 4), dtype=torch.int32)
+    one = torch.zeros(1, dtype=torch.int64)
+    with pytest.raises(errors.KvCanaryValueError) as info:
+        assign_req_to_token_pool_func(one, t, one, one, one, 1, backend="cuda")
+    assert str(info.value).startswith(errors.ASSIGN_PREFIX + " unknown backend 'cuda'")
+
+
+def test_a_failed_call_writes_nothing():
+    t = torch.full((2, 4), -5, dtype=torch.int32)
+    ok = torch.tensor([0, 1])
+    with pytest.raises(errors.KvCanaryValueError, match="batch_size 3 is outside"):
+        assign_req_to_token_pool_func(ok, t, torch.tensor([0, 0]), torch.tensor([2, 2]), torch.arange(4), 3)
+    assert (t == -5).all()
+
+
+def test_numpy_inputs_are_adopted():
+    t = torch.full((2, 4), -5, dtype=torch.int32)
+    assign_req_to_token_pool_func(np.array([1, 0]), t, np.array([0, 2], np.int32), np.array([2, 3]), np.arange(5, 8), 2)
+    assert t.tolist() == [[-5, -5, 7, -5], [5, 6, -5, -5]]
+
+
+gpu = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(not cuda_available(), reason="needs CUDA")
+
+
+def sglang_inputs(bs, width, new_tokens, seed=0):
+    """What sglang's callers pass: distinct rows, each request's new slots after its prefix."""
+    rng = np.random.default_rng(seed)
+    n_rows = max(2 * bs, 8)
+    lengths = np.broadcast_to(np.asarray(new_tokens), (bs,)).astype(np.int64)
+    start = rng.integers(0, width - lengths + 1)
+    rows = rng.permutation(n_rows)[:bs]
+    loc = rng.integers(0, 2**31 - 1, int(lengths.sum()))
+    return rows, sentinel_pool(n_rows, width), start, start + lengths, loc, bs
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+@pytest.mark.parametrize("bs,new_tokens", [(1, 1), (64, 1), (1024, 1), (8, 2048), (64, 512), (300, 37)])
+def test_gpu_is_sglangs_table_on_its_inputs(bs, new_tokens, dtype):
+    from kv_canary.bench_assign import sglang_style_assign
+
+    batch = sglang_inputs(bs, 4097, new_tokens)
+    typed = [torch.from_numpy(np.asarray(x).astype(dtype)).cuda() for x in (batch[0], batch[2], batch[3], batch[4])]
+    ours = torch.from_numpy(batch[1].copy()).cuda()
+    theirs = ours.clone()
+    assign_req_to_token_pool_func(typed[0], ours, typed[1], typed[2], typed[3], bs)
+    sglang_style_assign(typed[0], theirs, typed[1], typed[2], typed[3], bs)
+    assert torch.equal(ours, theirs)
+    np.testing.assert_array_equal(ours.cpu().numpy(), assignment.assignment_reference(*batch))
+
+
+@gpu
+@needs_cuda
+def test_gpu_compiles_one_kernel_for_every_batch_size_and_table():
+    from kv_canary_torch import assign_kernel
+
+    for bs, width in ((1, 17), (3, 4097), (64, 33), (1000, 2049), (5000, 5)):
+        batch = sglang_inputs(bs, width, 1)
+        run(batch, "triton", "cuda")
+    caches = assign_kernel.assign_kernel.device_caches
+    assert sum(len(cache[0]) for cache in caches.values()) == 1
+
+
+@gpu
+@needs_cuda
+def test_gpu_no_host_sync_captures_in_a_cuda_graph():
+    batch = sglang_inputs(64, 2049, 1)
+    rows, table, start, end, loc = (torch.from_numpy(np.asarray(x)).cuda() for x in batch[:5])
+    assign_req_to_token_pool_func(rows, table, start, end, loc, 64)  # compiled outside the capture
+    fresh = torch.from_numpy(batch[1].copy()).cuda()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        assign_req_to_token_pool_func(rows, fresh, start, end, loc, 64)
+    graph.replay()
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(fresh.cpu().numpy(), assignment.assignment_reference(*batch))
