@@ -369,3 +369,8 @@ def for_assignment(template: str) -> str:
 def retitled(error: Exception) -> Exception:
     """A spec error of the scatter (``spec_error``'s, with its template) as the assignment's, same class and fields."""
     return spec_error(type(error), for_assignment(error.template), error.fields)
+# The JAX frontend's assignment with x64 off: its offsets are int64, which JAX then cannot hold.
+ASSIGN_NEEDS_X64 = (
+    ASSIGN_PREFIX + " computes its offsets in int64, which JAX has only with x64 enabled; enable it with "
+    "jax.config.update('jax_enable_x64', True) (the library never changes it)"
+)
