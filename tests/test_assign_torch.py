@@ -136,7 +136,7 @@ def sglang_inputs(bs, width, new_tokens, seed=0):
 @pytest.mark.parametrize("dtype", ["int64", "int32"])
 @pytest.mark.parametrize("bs,new_tokens", [(1, 1), (64, 1), (1024, 1), (8, 2048), (64, 512), (300, 37)])
 def test_gpu_is_sglangs_table_on_its_inputs(bs, new_tokens, dtype):
-    from kv_canary.bench_assign import sglang_style_assign
+    from kv_canary.baseline_assign import sglang_style_assign
 
     batch = sglang_inputs(bs, 4097, new_tokens)
     typed = [torch.from_numpy(np.asarray(x).astype(dtype)).cuda() for x in (batch[0], batch[2], batch[3], batch[4])]
