@@ -12,7 +12,7 @@ Grid ``(cdiv(bs, GROUP), SPLIT)``; program ``(g, s)`` serves the requests ``g * 
           offsets [pt, pt + len), start_cols = start; hi = 0 for a row outside the table)
     cnt   = max(hi - lo, 0); its cumsum over the group numbers the group's cells 0 .. total - 1
     for the blocks of BLOCK cells s, s + SPLIT, ...:
-        cell k belongs to request q (the number of cumsum(cnt) entries <= k), column j = lo_q + k - first_q:
+        cell k belongs to the request q with first_q <= k < first_q + cnt_q, column j = lo_q + k - first_q:
         req_to_token[row_q, shift_q + j] = int32(out_cache_loc[base_q + j])
 
 Every launch constant is fixed (``GROUP``, ``PREFIX``, ``BLOCK``); ``bs``, the table's shape, ``len(out_cache_loc)``
@@ -34,7 +34,7 @@ from kv_canary_torch.triton_kernel import INT64_MAX, clipped_window
 
 GROUP = 16  # requests a program
 PREFIX = 1024  # lengths a prefix-loop iteration sums
-BLOCK = 256  # cells a copy iteration writes
+BLOCK = 128  # cells a copy iteration writes
 # Programs per group: enough to fill the GPU when the groups are few, at most MAX_SPLIT (grid axis 1 <= 65535).
 TARGET_PROGRAMS = 1024
 MAX_SPLIT = 64
@@ -60,7 +60,7 @@ def vector_window(start, end, first_col, width, n_tokens):
 
 @triton.jit
 def pick(onehot, values):
-    """Per cell, its request's entry of ``values`` (``onehot`` [cells, GROUP] has one True per row, or none: 0)."""
+    """Per cell, its request's entry of ``values`` (``onehot`` [cells, GROUP]: one True per row, or none: 0)."""
     return tl.sum(tl.where(onehot, values[None, :], 0), axis=1)
 
 
@@ -104,18 +104,19 @@ def assign_kernel(
     ends = tl.cumsum(count, axis=0)  # cells of the group's requests up to and including each
     firsts = ends - count
     total = tl.sum(count, axis=0)
-    row = tl.where(hi > 0, row, 0)
+    # Cell k of request q reads out_cache_loc[base_q + lo_q + k - first_q] and writes the table's element offset
+    # row_q * stride_row + (shift_q + lo_q + k - first_q) * stride_col: two per-request constants plus k (all small).
+    token_at = base + lo - firsts
+    cell_at = tl.where(hi > 0, row, 0) * stride_row + (shift + lo - firsts) * stride_col
     k0 = split * BLOCK
     while k0 < total:
         k = k0 + tl.arange(0, BLOCK)
-        q = tl.sum((ends[None, :] <= k[:, None]).to(tl.int32), axis=1)  # the cell's request in the group
-        onehot = tl.arange(0, GROUP)[None, :] == q[:, None]
-        j = pick(onehot, lo) + k - pick(onehot, firsts)
+        owner = (firsts[None, :] <= k[:, None]) & (k[:, None] < ends[None, :])  # [cells, GROUP], one True per cell < total
         valid = k < total
-        token = tl.where(valid, pick(onehot, base) + j, 0)
+        token = pick(owner, token_at) + k
         ids = tl.load(loc_ptr + token * loc_stride, mask=valid)
-        at = pick(onehot, row) * stride_row + (pick(onehot, shift) + j) * stride_col
-        tl.store(table_ptr + tl.where(valid, at, 0), ids.to(tl.int32), mask=valid)
+        at = pick(owner, cell_at) + k * stride_col
+        tl.store(table_ptr + at, ids.to(tl.int32), mask=valid)
         k0 += tl.num_programs(1) * BLOCK
 
 

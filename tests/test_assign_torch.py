@@ -22,9 +22,14 @@ DEVICE = "cuda" if cuda_available() else "cpu"
 BACKENDS = ["triton", "torch"]
 
 
+GUARD = 2  # rows (and, strided, columns) of a guard band around the table: drawn rows reach 2 past either edge
+GUARD_FILL = -77
+
+
 def run(batch, backend, device=DEVICE, strided=False):
-    """The table after one call on tensors made from the numpy ``batch`` (``strided``: every 1-D input a view of
-    every other element, the table a column slice)."""
+    """The table after one call on tensors made from the numpy ``batch``, the table a view inside a parent with
+    ``GUARD`` rows above and below (``strided``: and columns either side, every 1-D input a view of every other
+    element), whose guard cells must stay untouched."""
     rows, table, start, end, loc, bs = batch
 
     def tensor(x):
@@ -35,15 +40,15 @@ def run(batch, backend, device=DEVICE, strided=False):
             return wide[::2]
         return t
 
-    if strided:
-        wide = torch.full((table.shape[0], table.shape[1] + 3), -77, dtype=torch.int32, device=device)
-        wide[:, 1 : 1 + table.shape[1]] = torch.from_numpy(table).to(device)
-        t = wide[:, 1 : 1 + table.shape[1]]
-    else:
-        t = torch.from_numpy(table.copy()).to(device)
+    n_rows, width = table.shape
+    side = GUARD if strided else 0
+    parent = torch.full((n_rows + 2 * GUARD, width + 2 * side), GUARD_FILL, dtype=torch.int32, device=device)
+    parent[GUARD : GUARD + n_rows, side : side + width] = torch.from_numpy(table).to(device)
+    t = parent[GUARD : GUARD + n_rows, side : side + width]
     assign_req_to_token_pool_func(tensor(rows), t, tensor(start), tensor(end), tensor(loc), bs, backend=backend)
-    if strided:
-        assert (wide[:, 0] == -77).all() and (wide[:, -2:] == -77).all()
+    outside = parent.clone()
+    outside[GUARD : GUARD + n_rows, side : side + width] = GUARD_FILL
+    assert (outside == GUARD_FILL).all(), "a cell outside the table was written"
     return t.cpu().numpy()
 
 
@@ -173,3 +178,12 @@ def test_gpu_no_host_sync_captures_in_a_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     np.testing.assert_array_equal(fresh.cpu().numpy(), assignment.assignment_reference(*batch))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rows_and_columns_outside_the_table_write_nothing_there(backend):
+    """Rows just outside the table and windows across its edges: the guard band around it stays untouched."""
+    batch = (np.array([-1, 3, -2, 4, 0, 2]), sentinel_pool(3, 4), np.array([0, 0, 1, 0, -2, 3]),
+             np.array([2, 4, 3, 4, 3, 9]), np.arange(1, 40), 6)
+    np.testing.assert_array_equal(run(batch, backend), assignment.assignment_reference(*batch))
+    np.testing.assert_array_equal(run(batch, backend, strided=True), assignment.assignment_reference(*batch))
