@@ -28,7 +28,8 @@ with at least ``batch_size`` entries; entries past ``batch_size`` are not read),
 written), ``out_cache_loc`` (1-D, int32 or int64), ``batch_size`` (an int, ``0 <= batch_size <=`` the length of
 each of the three per-request arrays; None, where a frontend has no such argument, is
 ``len(req_pool_indices)``). The argument checks (``first_failure``) run in ``CHECK_ORDER`` with the scatter's
-message templates retitled (``errors.for_assignment``) and the assignment's own (``errors.ASSIGN_*``).
+message templates retitled (``errors.for_assignment``) and the assignment's own (``errors.ASSIGN_*``);
+``compile_fast_check(dialect)`` generates a frontend's passing-path predicate from the scatter's ``Dialect``.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import Mapping
 import numpy as np
 
 from shared_spec import errors
-from shared_spec.checks import MAX_REQUESTS, ArrayView, NotAnArray, storage_error
+from shared_spec.checks import MAX_REQUESTS, ArrayView, Dialect, NotAnArray, storage_error
 from shared_spec.reference import scatter_reference
 
 OP_NAME = errors.ASSIGN_OP_NAME
@@ -171,3 +172,40 @@ def first_failure(views: Mapping[str, ArrayView | NotAnArray], batch_size=None) 
     if problem is not None:
         return "writable", errors.value_error(errors.ASSIGN_NOT_WRITABLE, reason=problem)
     return None
+
+
+def compile_fast_check(dialect: Dialect):
+    """A predicate ``check(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size) ->
+    bool``, True exactly when ``first_error`` finds nothing, for arrays of ``dialect``'s frontend and ``batch_size``
+    None or a plain ``int`` (any other batch_size, a numpy integer, is False: the frontend asks ``first_error``).
+
+    The scatter's ``checks.compile_fast_check`` for the assignment: the same dialect's terms, one short-circuiting
+    expression generated once.
+    """
+    namespace = dict(dialect.namespace)
+    terms = [dialect.is_array.format(x=a.name) for a in ARGUMENTS]
+    terms += [dialect.storage.format(x=a.name) for a in ARGUMENTS]
+    terms += [f"{dialect.rank.format(x=a.name)} == {a.rank}" for a in ARGUMENTS]
+    for a in ARGUMENTS:
+        alternatives = []
+        for dtype in a.dtypes:
+            namespace[f"DTYPE_{dtype}"] = dialect.dtype_object(dtype)
+            alternatives.append(dialect.dtype_is.format(x=a.name, dtype=f"DTYPE_{dtype}"))
+        terms.append("(" + " or ".join(alternatives) + ")")
+    if dialect.has_data is not None:
+        terms.append(dialect.has_data.format(x=TABLE))
+    terms.append(f"({BATCH_SIZE} is None or type({BATCH_SIZE}) is int)")
+    bs = f"({dialect.length.format(x='req_pool_indices')} if {BATCH_SIZE} is None else {BATCH_SIZE})"
+    terms += [f"0 <= {bs} <= {dialect.length.format(x=name)}" for name in PER_REQUEST]
+    terms.append(f"{bs} <= {MAX_REQUESTS}")
+    terms += [dialect.same_device.format(x=name, y=TABLE) for name in ARGUMENT_NAMES if name != TABLE]
+    if dialect.writable is not None:
+        terms.append(dialect.writable.format(x=TABLE))
+    source = (
+        f"def fast_check({', '.join(ARGUMENT_NAMES)}, {BATCH_SIZE}):\n"
+        "    return (\n        " + "\n        and ".join(terms) + "\n    )\n"
+    )
+    exec(compile(source, "<kv-canary assignment fast_check>", "exec"), namespace)
+    check = namespace["fast_check"]
+    check.source = source
+    return check

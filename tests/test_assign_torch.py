@@ -187,3 +187,33 @@ def test_rows_and_columns_outside_the_table_write_nothing_there(backend):
              np.array([2, 4, 3, 4, 3, 9]), np.arange(1, 40), 6)
     np.testing.assert_array_equal(run(batch, backend), assignment.assignment_reference(*batch))
     np.testing.assert_array_equal(run(batch, backend, strided=True), assignment.assignment_reference(*batch))
+
+
+def case_tensors(case):
+    """A case's arguments as the torch runner builds them (CPU), in sglang's order with batch_size last."""
+    runner = TorchRunner("torch")
+    values = []
+    for name in (*assignment.ARGUMENT_NAMES, assignment.BATCH_SIZE):
+        arg = case.args[name]
+        value = arg.value if not hasattr(arg, "numpy") else runner.array(arg, "cpu")
+        if name == assignment.TABLE and case.layout == "broadcast_rows":
+            value = value[:1].expand(value.shape[0], -1)
+        values.append(value)
+    return values
+
+
+@pytest.mark.parametrize("case", load_cases(op=ASSIGN), ids=lambda c: c.name)
+def test_fast_check_is_first_error_on_every_case(case):
+    from kv_canary_arrays.describe import TORCH, describe
+    from kv_canary_torch.assign import fast_check
+
+    *arrays, batch_size = case_tensors(case)
+    views = {n: describe(v, frontend=TORCH, written=n == assignment.TABLE) for n, v in zip(assignment.ARGUMENT_NAMES, arrays)}
+    assert fast_check(*arrays, batch_size) == (assignment.first_error(views, batch_size) is None)
+
+
+@pytest.mark.parametrize("batch_size", [np.int64(1), np.int32(2)])
+def test_numpy_integer_batch_sizes_take_the_slow_path_and_work(batch_size):
+    t = torch.full((2, 4), -5, dtype=torch.int32)
+    assign_req_to_token_pool_func(torch.tensor([1, 0]), t, torch.tensor([0, 2]), torch.tensor([2, 3]), torch.arange(5, 8), batch_size)
+    assert t[1, :2].tolist() == [5, 6] and (t[0, 2] == 7) == (batch_size == 2)
