@@ -3,7 +3,9 @@
 Import this module only when a Triton launch is about to happen (``TRITON_INTERPRET`` is read when ``@triton.jit``
 runs, as for ``triton_kernel``, whose window math this kernel reuses).
 
-Grid ``(cdiv(bs, GROUP), SPLIT)``; program ``(g, s)`` serves the requests ``g * GROUP + [0, GROUP)``::
+Grid ``(cdiv(bs, GROUP), SPLIT)``; program ``(g, s)`` serves the requests ``g * GROUP + [0, GROUP)``, and stops after
+their two loads where ``s * BLOCK`` is past a bound on their cells (``C - clip(start, 0, C)`` each, ``min``-ed with a
+positive length, 0 for a zero one)::
 
     pt0   = sum of end - start over the requests before the group      -- a loop of PREFIX-wide blocks
     len   = end - start of the group's requests (int64, widened from int32; 0 past bs)
@@ -81,43 +83,48 @@ def assign_kernel(
     group = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1).to(tl.int64)
     first_request = group * GROUP
-    # The running sum before the group: fixed-width blocks of lengths, wrapping int64 as sglang's sum.
-    pt0 = tl.zeros((), tl.int64)
-    b = first_request - first_request
-    while b < first_request:
-        idx = b + tl.arange(0, PREFIX)
-        m = idx < first_request
-        s = tl.load(start_ptr + idx * start_stride, mask=m, other=0).to(tl.int64)
-        e = tl.load(end_ptr + idx * end_stride, mask=m, other=0).to(tl.int64)
-        pt0 += tl.sum(e - s, axis=0)
-        b += PREFIX
     r = first_request + tl.arange(0, GROUP)
     mine = r < bs
     start = tl.load(start_ptr + r * start_stride, mask=mine, other=0).to(tl.int64)
     end = tl.load(end_ptr + r * end_stride, mask=mine, other=0).to(tl.int64)
-    row = tl.load(rows_ptr + r * rows_stride, mask=mine, other=-1).to(tl.int64)
     length = end - start
-    pt = pt0 + tl.cumsum(length, axis=0) - length  # the windowed scatter's offsets[r]
-    base, lo, hi, shift = vector_window(pt, pt + length, start, width, n_tokens)
-    hi = tl.where(mine & (row >= 0) & (row < n_rows), hi, 0)
-    count = tl.maximum(hi - lo, 0)
-    ends = tl.cumsum(count, axis=0)  # cells of the group's requests up to and including each
-    firsts = ends - count
-    total = tl.sum(count, axis=0)
-    # Cell k of request q reads out_cache_loc[base_q + lo_q + k - first_q] and writes the table's element offset
-    # row_q * stride_row + (shift_q + lo_q + k - first_q) * stride_col: two per-request constants plus k (all small).
-    token_at = base + lo - firsts
-    cell_at = tl.where(hi > 0, row, 0) * stride_row + (shift + lo - firsts) * stride_col
+    # A bound on the group's cells without the running sum: a request writes at most C - shift cells, none where its
+    # length is 0, at most its length where that is positive; a negative length may still write (the wrapped running
+    # sum can make its successor's segment [-1, 2**63 - 1]), so it gets C - shift. A program with no block under the
+    # bound stops here, before the prefix loop (a decode step's groups have one block, the group's other programs none).
+    room = width - tl.minimum(tl.maximum(start, 0), width)
+    at_most = tl.sum(tl.where(length > 0, tl.minimum(length, room), tl.where(length == 0, 0, room)), axis=0)
     k0 = split * BLOCK
-    while k0 < total:
-        k = k0 + tl.arange(0, BLOCK)
-        owner = (firsts[None, :] <= k[:, None]) & (k[:, None] < ends[None, :])  # [cells, GROUP], one True per cell < total
-        valid = k < total
-        token = pick(owner, token_at) + k
-        ids = tl.load(loc_ptr + token * loc_stride, mask=valid)
-        at = pick(owner, cell_at) + k * stride_col
-        tl.store(table_ptr + at, ids.to(tl.int32), mask=valid)
-        k0 += tl.num_programs(1) * BLOCK
+    if k0 < at_most:
+        # The running sum before the group: fixed-width blocks of lengths, wrapping int64 as sglang's sum.
+        pt0 = tl.zeros((), tl.int64)
+        b = first_request - first_request
+        while b < first_request:
+            idx = b + tl.arange(0, PREFIX)
+            m = idx < first_request
+            s = tl.load(start_ptr + idx * start_stride, mask=m, other=0).to(tl.int64)
+            e = tl.load(end_ptr + idx * end_stride, mask=m, other=0).to(tl.int64)
+            pt0 += tl.sum(e - s, axis=0)
+            b += PREFIX
+        row = tl.load(rows_ptr + r * rows_stride, mask=mine, other=-1).to(tl.int64)
+        pt = pt0 + tl.cumsum(length, axis=0) - length  # the windowed scatter's offsets[r]
+        base, lo, hi, shift = vector_window(pt, pt + length, start, width, n_tokens)
+        hi = tl.where(mine & (row >= 0) & (row < n_rows), hi, 0)
+        count = tl.maximum(hi - lo, 0)
+        ends = tl.cumsum(count, axis=0)  # cells of the group's requests up to and including each
+        firsts = ends - count
+        total = tl.sum(count, axis=0)
+        # Cell k of request q reads out_cache_loc[base_q + lo_q + k - first_q] and writes the table's element offset
+        # row_q * stride_row + (shift_q + lo_q + k - first_q) * stride_col: two per-request constants plus k (all small).
+        token_at = base + lo - firsts
+        cell_at = tl.where(hi > 0, row, 0) * stride_row + (shift + lo - firsts) * stride_col
+        while k0 < total:
+            k = k0 + tl.arange(0, BLOCK)
+            owner = (firsts[None, :] <= k[:, None]) & (k[:, None] < ends[None, :])  # [cells, GROUP]: one True per cell < total
+            valid = k < total
+            ids = tl.load(loc_ptr + (pick(owner, token_at) + k) * loc_stride, mask=valid)
+            tl.store(table_ptr + pick(owner, cell_at) + k * stride_col, ids.to(tl.int32), mask=valid)
+            k0 += tl.num_programs(1) * BLOCK
 
 
 def launch(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size: int) -> None:

@@ -115,6 +115,8 @@ def assign_value_cases() -> list[Case]:
             "assign_int64_extremes", s, [0, 1, 2, 3], table_of(4, 4),
             [INT64_MIN, 0, INT64_MAX - 1, -3], [INT64_MAX, 2, INT64_MAX, 2], range(1, 7),
         ),
+        # A negative length wraps the running sum so that the next segment is [-1, 2**63 - 1]: that request writes.
+        assign_case("assign_negative_length_wraps_into_a_write", s, [0, 1], table_of(2, 4), [0, 0], [-1, INT64_MIN], range(1, 6)),
         assign_case("assign_repeated_row_disjoint_windows", s, [1, 1], table_of(2, 8), [0, 3], [3, 6], range(1, 7)),
         assign_case("assign_column_slice_table", s, [2, 0], table_of(3, 7), [1, 0], [5, 7], range(21, 32), layout="column_slice"),
     ]

@@ -79,4 +79,6 @@ EXTREME_WINDOWS = (
     ([INT64_MIN, 0, INT64_MAX - 1, -3], [INT64_MAX, 2, INT64_MAX, 2]),
     ([0, INT64_MAX, 1], [INT64_MAX, INT64_MIN, 3]),
     ([INT64_MIN, INT64_MIN], [INT64_MIN + 3, INT64_MAX]),
+    # A negative length whose wrapped running sum makes the next segment [-1, 2**63 - 1]: that request writes.
+    ([0, 0], [-1, INT64_MIN]),
 )
