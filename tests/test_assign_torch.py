@@ -217,3 +217,50 @@ def test_numpy_integer_batch_sizes_take_the_slow_path_and_work(batch_size):
     t = torch.full((2, 4), -5, dtype=torch.int32)
     assign_req_to_token_pool_func(torch.tensor([1, 0]), t, torch.tensor([0, 2]), torch.tensor([2, 3]), torch.arange(5, 8), batch_size)
     assert t[1, :2].tolist() == [5, 6] and (t[0, 2] == 7) == (batch_size == 2)
+
+
+def hostile(name):
+    """A valid call's arguments with one replaced by a tensor no kernel may touch."""
+    args = {"req_pool_indices": torch.tensor([1, 0]), "req_to_token": torch.full((2, 4), -5, dtype=torch.int32),
+            "start_offset": torch.tensor([0, 2]), "end_offset": torch.tensor([2, 3]), "out_cache_loc": torch.arange(5, 8)}
+    if name == "meta":
+        args["start_offset"] = torch.empty(2, dtype=torch.int64, device="meta")
+    elif name == "sparse":
+        args["req_pool_indices"] = torch.tensor([1, 0]).to_sparse()
+    elif name == "negative_bit":
+        args["out_cache_loc"] = torch.arange(5, 8)._neg_view()
+    elif name == "freed":
+        loc = torch.arange(5, 8)
+        loc.untyped_storage().resize_(0)
+        args["out_cache_loc"] = loc
+    elif name == "inference":
+        with torch.inference_mode():
+            args["req_to_token"] = torch.full((2, 4), -5, dtype=torch.int32)
+    elif name == "read_only_numpy":
+        table = np.full((2, 4), -5, np.int32)
+        table.flags.writeable = False
+        args["req_to_token"] = table
+    return args
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("meta", errors.for_assignment(errors.NO_DATA).format(arg="start_offset")),
+    ("sparse", errors.for_assignment(errors.NOT_STRIDED).format(arg="req_pool_indices", layout="sparse_coo")),
+    ("negative_bit", errors.for_assignment(errors.NEGATIVE_BIT).format(arg="out_cache_loc")),
+    ("freed", errors.for_assignment(errors.NO_MEMORY).format(arg="out_cache_loc")),
+    ("inference", errors.ASSIGN_NOT_WRITABLE.format(reason=errors.WRITE_INFERENCE)),
+    ("read_only_numpy", errors.ASSIGN_NOT_WRITABLE.format(reason=errors.WRITE_IMMUTABLE.format(type_name="read-only numpy.ndarray"))),
+])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hostile_arguments_get_the_specs_error_and_nothing_is_written(name, expected, backend):
+    args = hostile(name)
+    before = np.array(args["req_to_token"], copy=True) if not isinstance(args["req_to_token"], torch.Tensor) else None
+    with pytest.raises((errors.KvCanaryTypeError, errors.KvCanaryValueError)) as info:
+        assign_req_to_token_pool_func(*args.values(), 2, backend=backend)
+    assert str(info.value) == expected
+    table = args["req_to_token"]
+    if isinstance(table, torch.Tensor):
+        with torch.inference_mode():
+            assert (table == -5).all()
+    else:
+        np.testing.assert_array_equal(table, before)
