@@ -19,9 +19,11 @@ positive length, 0 for a zero one)::
 
 Every launch constant is fixed (``GROUP``, ``PREFIX``, ``BLOCK``); ``bs``, the table's shape, ``len(out_cache_loc)``
 and the strides are runtime arguments, never specialized, so a launch compiles nothing new for a new batch size
-or table (one variant per combination of the four index dtypes). The prefix costs ``cdiv(g * GROUP, PREFIX)``
-vector loads in program ``g``: one iteration for the first ``PREFIX / GROUP`` groups (``bs <= 1024``), where
-sglang's kernel loads a ``next_power_of_2(bs)``-wide block in every program and compiles one per ``bs`` bucket.
+or table (one variant per combination of the four index dtypes, and of Triton's int32/int64 choice for an int
+argument past 2**31). The prefix costs ``cdiv(g * GROUP, PREFIX)`` iterations of fixed width in program ``g``: one for
+the first ``PREFIX / GROUP`` groups (``bs <= 1024``), ``O(bs^2 / GROUP)`` loads over the grid past that (run only by
+programs with cells to write), where sglang's kernel loads a ``next_power_of_2(bs)``-wide block in each of ``bs``
+programs (``O(bs^2)``) and compiles one kernel per ``bs`` bucket.
 The copy packs the group's cells densely: a decode step's 16 one-token requests are one block, a long request's
 cells are spread over the ``SPLIT`` programs of its group. Loads and stores are masked; ``out_cache_loc`` is read
 only inside ``[0, N)``, the table only written inside ``[0, R) x [0, C)``.
