@@ -116,7 +116,10 @@ JAX step bench alone, kv_canary/bench_step.py, a few minutes, jax only, with
 windowed write's tables, kv_canary/bench_incremental.py, a few minutes, torch
 and triton only: the serving step, sglang's full snapshot against the
 incremental one, the windowed Triton kernel against the unwindowed one, host
-time with start_cols, printed as markdown to paste into docs/performance.md). On a
+time with start_cols, printed as markdown to paste into docs/performance.md; --assign:
+assign_req_to_token_pool against a same-run kernel of sglang's design,
+kv_canary/bench_assign.py, a few minutes: device time, host time and, unless
+--no-jax, the JAX step's marginal cost beside the plain XLA assignment). On a
 TPU it times the Mosaic TPU kernel against XLA instead (jax only). Every mode
 refuses a machine without a GPU in a second or two, but one: --step --short,
 a short run of the step bench that also works on a CPU."""
@@ -240,10 +243,10 @@ class VersionAction(argparse.Action):
 
 
 def select_cases(patterns):
-    """The conformance cases whose names match any of ``patterns`` (all cases when None)."""
+    """The conformance cases whose names match any of ``patterns`` (all cases, of every op, when None)."""
     from shared_spec.cases import load_cases
 
-    cases = load_cases()
+    cases = load_cases(op=None)
     if not patterns:
         return cases
     for pattern in patterns:
@@ -431,6 +434,19 @@ def bench(args) -> int:
         raise UsageError("--case selects device-time cases; --host times the launcher's host work alone")
     if args.windowed and not args.step:
         raise UsageError("--windowed is the step bench's: bench --step --windowed")
+    if args.assign:
+        others = [name for name, on in (("--case", args.case), ("--host", args.host), ("--step", args.step),
+                                        ("--quick", args.quick), ("--incremental", args.incremental),
+                                        ("--short", args.short), ("--write", args.write)) if on]
+        if others:
+            raise UsageError(f"--assign runs its own cases and prints its tables (markdown, or --json); "
+                             f"it takes no {', '.join(others)}")
+        if missing := [name for name in ("torch", "triton") if not installed(name)]:
+            raise NothingRan(errors.not_installed(missing))
+        require_gpu(args)
+        from kv_canary import bench_assign
+
+        return bench_assign.run(args)
     if args.incremental:
         others = [name for name, on in (("--case", args.case), ("--host", args.host), ("--step", args.step),
                                         ("--quick", args.quick), ("--no-jax", args.no_jax), ("--write", args.write)) if on]
@@ -566,6 +582,9 @@ def parser() -> Parser:
                          help="only the windowed write's tables (torch): the serving step, full snapshot against incremental; "
                               "the windowed Triton kernel; host time with start_cols (a few minutes; markdown to paste into "
                               "docs/performance.md, or --json)")
+    p_bench.add_argument("--assign", action="store_true",
+                         help="only assign_req_to_token_pool against a same-run kernel of sglang's design: device time, "
+                              "host time, the JAX step's marginal cost (a few minutes; markdown, or --json)")
     p_bench.add_argument("--short", action="store_true",
                          help="with --step: a short run that also works on a CPU (where only XLA runs)")
     p_bench.add_argument("-q", "--quiet", action="store_true", help="no status lines on stderr")

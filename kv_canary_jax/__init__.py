@@ -3,6 +3,7 @@
 Modules, one purpose each:
 
 - ``api``: the entry point, ``scatter_req_token_ids``.
+- ``assign``: ``assign_req_to_token_pool``, sglang's assignment as a cumsum and the windowed scatter.
 - ``sharded``: ``scatter_req_token_ids_sharded``, for a pool split by rows over a mesh axis (``shard_map``).
 - ``arguments``: the spec's argument checks, at trace time (arrays of any framework described by ``kv_canary_arrays``).
 - ``compute``: the single-device computation both entry points share (plan, checked mode, the jitted call).
@@ -20,12 +21,14 @@ The library never changes ``jax_enable_x64``; int64 arguments need it enabled.
 """
 
 from kv_canary_jax.api import scatter_req_token_ids
+from kv_canary_jax.assign import assign_req_to_token_pool
 from kv_canary_jax.checked import error_from_checkify
 from kv_canary_jax.implementations import IMPLEMENTATIONS, available_implementations
 from kv_canary_jax.sharded import scatter_req_token_ids_sharded
 
 __all__ = [
     "IMPLEMENTATIONS",
+    "assign_req_to_token_pool",
     "available_implementations",
     "error_from_checkify",
     "scatter_req_token_ids",

@@ -25,6 +25,8 @@ import numpy as np
 from kv_canary_arrays.describe import jax_x64_enabled
 from kv_canary_jax import implementations, platforms
 from kv_canary_jax.api import scatter_req_token_ids
+from kv_canary_jax.assign import assign_req_to_token_pool
+from shared_spec.assignment import ARGUMENT_NAMES as ASSIGN_NAMES, BATCH_SIZE
 from shared_spec.cases import ArrayData
 from shared_spec.conformance import Runner
 
@@ -34,6 +36,7 @@ X64_DISABLED = "jax_enable_x64 is off, so JAX has no int64 arrays; the process m
 class JaxRunner(Runner):
     frontend = "jax"
     in_place = False
+    assigns = True
     interpret = False
 
     def __init__(self) -> None:
@@ -60,6 +63,12 @@ class JaxRunner(Runner):
     def call(self, args: dict, check_values: bool):
         return scatter_req_token_ids(
             **args, implementation=self.backend, interpret=self.interpret, check_values=check_values
+        )
+
+    def assign(self, args: dict):
+        return assign_req_to_token_pool(
+            *(args[name] for name in ASSIGN_NAMES), batch_size=args[BATCH_SIZE],
+            implementation=self.backend, interpret=self.interpret,
         )
 
     def numpy(self, native) -> np.ndarray:

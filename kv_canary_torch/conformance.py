@@ -15,9 +15,15 @@ import torch
 
 from kv_canary_arrays.frameworks import cuda_available
 from kv_canary_torch import backends
+from kv_canary_torch.assign import assign_req_to_token_pool_func
 from kv_canary_torch.launcher import launch_scatter_req_token_ids_kernel
+from shared_spec.assignment import ARGUMENT_NAMES, BATCH_SIZE
 from shared_spec.cases import ArrayData
 from shared_spec.conformance import Runner
+
+
+# assign_req_to_token_pool_func's positional arguments, in sglang's order.
+ASSIGN_NAMES = (*ARGUMENT_NAMES, BATCH_SIZE)
 
 
 class TorchRunner(Runner):
@@ -25,6 +31,7 @@ class TorchRunner(Runner):
 
     frontend = "torch"
     in_place = True
+    assigns = True
 
     def __init__(self, backend: str):
         self.backend = backend
@@ -47,6 +54,10 @@ class TorchRunner(Runner):
     def call(self, args: dict, check_values: bool) -> torch.Tensor:
         launch_scatter_req_token_ids_kernel(**args, check_values=check_values, backend=self.backend)
         return args["pool_out"]
+
+    def assign(self, args: dict) -> torch.Tensor:
+        assign_req_to_token_pool_func(*(args[name] for name in ASSIGN_NAMES), backend=self.backend)
+        return args["req_to_token"]
 
     def numpy(self, native: torch.Tensor) -> np.ndarray:
         native = native.detach().cpu()

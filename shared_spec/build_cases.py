@@ -13,6 +13,7 @@ import json
 
 import numpy as np
 
+from shared_spec.build_assign_cases import assign_cases
 from shared_spec.cases import CASES_FILE, ArrayData, Case, PythonValue
 
 P = "kv-canary: scatter_req_token_ids"
@@ -370,7 +371,7 @@ def checked_error_cases() -> list[Case]:
 def all_cases() -> list[Case]:
     return (
         value_cases() + windowed_value_cases() + argument_error_cases() + windowed_argument_error_cases()
-        + checked_error_cases()
+        + checked_error_cases() + assign_cases(loop_oracle, sentinel_pool)
     )
 
 

@@ -13,6 +13,11 @@ Some cases need a setting a runner may not have; ``Case.requires`` names it:
 a column slice of a wider pool whose other columns must stay untouched;
 ``"broadcast_rows"``: every row aliases one row). Frontends without strides
 build a plain array instead.
+
+``Case.op`` names the operation: ``SCATTER`` (``scatter_req_token_ids``, the default, left out of the
+file) or ``ASSIGN`` (``assign_req_to_token_pool``, ``shared_spec.assignment``: sglang's argument names,
+``batch_size`` a Python value, the table ``req_to_token``). ``load_cases()`` gives the scatter's
+cases, ``load_cases(op=ASSIGN)`` the assignment's, ``load_cases(op=None)`` every case.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 import numpy as np
 
 CASES_FILE = pathlib.Path(__file__).with_name("data") / "conformance.json"
+SCATTER, ASSIGN = "scatter_req_token_ids", "assign_req_to_token_pool"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +74,7 @@ class Case:
     requires: tuple[str, ...] = ()
     host: tuple[str, ...] = ()
     layout: str | None = None
+    op: str = SCATTER
 
     @property
     def expects_error(self) -> bool:
@@ -91,6 +98,8 @@ class Case:
                 out[key] = list(getattr(self, key))
         if self.layout:
             out["layout"] = self.layout
+        if self.op != SCATTER:
+            out["op"] = self.op
         return out
 
     @classmethod
@@ -113,12 +122,14 @@ class Case:
             requires=tuple(raw.get("requires", ())),
             host=tuple(raw.get("host", ())),
             layout=raw.get("layout"),
+            op=raw.get("op", SCATTER),
         )
 
 
-def load_cases(path: pathlib.Path = CASES_FILE) -> list[Case]:
-    """Every conformance case, in file order."""
-    return [Case.from_json(raw) for raw in json.loads(path.read_text())["cases"]]
+def load_cases(path: pathlib.Path = CASES_FILE, op: str | None = SCATTER) -> list[Case]:
+    """The conformance cases of ``op`` (None: every case), in file order."""
+    cases = [Case.from_json(raw) for raw in json.loads(path.read_text())["cases"]]
+    return cases if op is None else [case for case in cases if case.op == op]
 
 
 def _ml_dtype(name: str):

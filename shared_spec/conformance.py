@@ -14,7 +14,8 @@ import dataclasses
 import numpy as np
 
 from shared_spec.arguments import ARGUMENT_NAMES, OUTPUT, START_COLS
-from shared_spec.cases import ArrayData, Case, PythonValue
+from shared_spec import assignment
+from shared_spec.cases import ASSIGN, ArrayData, Case, PythonValue
 
 # Extra columns around a "column_slice" pool: the slice starts at GUARD and the
 # parent has GUARD columns on either side, all of which must stay untouched.
@@ -50,6 +51,9 @@ class Runner:
     (the argument itself for in-place frontends); ``numpy(native)`` reads a
     native array back; ``args`` holds the four arguments by name, and ``"start_cols"`` where the case
     passes it (an array, or a Python value such as None: pass it on as the ``start_cols=`` keyword);
+    ``assign(args)`` runs ``assign_req_to_token_pool`` (cases of ``op`` ``ASSIGN``: ``args`` holds the five
+    arrays and ``batch_size`` by sglang's names) and returns the native table it leaves; runners with
+    ``assigns`` False skip those cases;
     ``column_slice(parent, start, width)`` returns a strided
     view (in-place frontends only); ``broadcast_rows(row, n_rows)`` returns a
     pool whose rows alias one row (in-place frontends only).
@@ -62,6 +66,8 @@ class Runner:
     accelerator: str | None = None
     # Why this runner cannot run at all here (None: it can).
     unavailable: str | None = None
+    # Whether the runner runs assign_req_to_token_pool (the assign hook).
+    assigns: bool = False
 
     @property
     def name(self) -> str:
@@ -75,6 +81,9 @@ class Runner:
         raise NotImplementedError
 
     def numpy(self, native) -> np.ndarray:
+        raise NotImplementedError
+
+    def assign(self, args: dict):
         raise NotImplementedError
 
     def column_slice(self, parent, start: int, width: int):
@@ -92,6 +101,8 @@ class Runner:
         """Why this runner does not apply to ``case`` (None: it applies)."""
         if self.unavailable:
             return self.unavailable
+        if case.op == ASSIGN and not self.assigns:
+            return f"this backend does not run {ASSIGN}"
         if "in_place" in case.requires and not self.in_place:
             return "the case is for frontends that write in place"
         if "accelerator" in case.requires and self.accelerator is None:
@@ -113,26 +124,30 @@ class Runner:
         """Build the case's inputs natively, call once, and report what happened."""
         native = {}
         # start_cols only where the case has it: every other case calls with the four arguments.
-        for name in (*ARGUMENT_NAMES, *(n for n in (START_COLS.name,) if n in case.args)):
+        names = (*ARGUMENT_NAMES, *(n for n in (START_COLS.name,) if n in case.args))
+        output = OUTPUT
+        if case.op == ASSIGN:  # the assignment's five arrays and batch_size, by sglang's names
+            names, output = (*assignment.ARGUMENT_NAMES, assignment.BATCH_SIZE), assignment.TABLE
+        for name in names:
             arg = case.args[name]
             device = "cpu" if name in case.host else self.device
             native[name] = arg.value if isinstance(arg, PythonValue) else self.array(arg, device)
-        pool_data = case.args[OUTPUT]
+        pool_data = case.args[output]
         parent = None
         if isinstance(pool_data, ArrayData) and self.in_place and case.layout == "column_slice":
             pool = pool_data.numpy()
             wide = np.full((pool.shape[0], pool.shape[1] + 2 * GUARD), GUARD_FILL, dtype=pool.dtype)
             wide[:, GUARD : GUARD + pool.shape[1]] = pool
             parent = self.array(ArrayData.of(wide), self.device)
-            native[OUTPUT] = self.column_slice(parent, GUARD, pool.shape[1])
+            native[output] = self.column_slice(parent, GUARD, pool.shape[1])
         elif isinstance(pool_data, ArrayData) and self.in_place and case.layout == "broadcast_rows":
             row = ArrayData.of(pool_data.numpy()[0])
-            native[OUTPUT] = self.broadcast_rows(self.array(row, self.device), pool_data.shape[0])
-        before = self.numpy(native[OUTPUT]) if isinstance(pool_data, ArrayData) else None
+            native[output] = self.broadcast_rows(self.array(row, self.device), pool_data.shape[0])
+        before = self.numpy(native[output]) if isinstance(pool_data, ArrayData) else None
         try:
-            result = self.call(native, case.check_values)
+            result = self.assign(native) if case.op == ASSIGN else self.call(native, case.check_values)
         except Exception as error:  # the harness compares every exception
-            after = self.numpy(native[OUTPUT]) if before is not None else None
+            after = self.numpy(native[output]) if before is not None else None
             untouched = before is None or np.array_equal(before, after)
             return Outcome(pool=after, error=error, guards_untouched=untouched)
         guards = True

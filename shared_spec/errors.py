@@ -339,3 +339,38 @@ CHECK_VALUES_TRANSFORMED = (
     PREFIX + " check_values=True cannot read {arg}'s values inside this torch.func transform ({error}); "
     "check the values outside the transform, or pass check_values=False"
 )
+
+# assign_req_to_token_pool (shared_spec/assignment.py): sglang's assignment of out_cache_loc into req_to_token, the
+# windowed scatter with offsets from the requests' lengths. Its checks share the scatter's templates, retitled
+# (for_assignment); these are its own.
+ASSIGN_OP_NAME = "assign_req_to_token_pool"
+ASSIGN_PREFIX = f"kv-canary: {ASSIGN_OP_NAME}"
+ASSIGN_WRONG_DTYPE = ASSIGN_PREFIX + " {arg} must be int32 or int64, got {got}"
+ASSIGN_BATCH_SIZE_TYPE = ASSIGN_PREFIX + " batch_size must be an int, got {type_name}"
+ASSIGN_BATCH_SIZE_RANGE = ASSIGN_PREFIX + " batch_size {bs} is outside [0, {limit}]: len({arg}) is {limit}"
+ASSIGN_DEVICE_MISMATCH = (
+    ASSIGN_PREFIX + " {arg} is on {device} but req_to_token is on {table_device}; all arrays must be on one device"
+)
+# req_to_token is host data (a numpy array, for the JAX frontend), which goes to the device the other arrays are on.
+ASSIGN_DEVICE_MISMATCH_HOST_TABLE = (
+    ASSIGN_PREFIX + " {arg} is on {device} but {first} is on {first_device}; all arrays must be on one device "
+    "(req_to_token, host data, goes where they are)"
+)
+ASSIGN_NOT_WRITABLE = ASSIGN_PREFIX + " req_to_token cannot be written in place: {reason}"
+
+
+def for_assignment(template: str) -> str:
+    """A scatter template (``PREFIX`` and its text) as the assignment's: the same text after ``ASSIGN_PREFIX``."""
+    if not template.startswith(PREFIX):
+        raise ValueError(f"not a template of {OP_NAME}: {template!r}")
+    return ASSIGN_PREFIX + template[len(PREFIX):]
+
+
+def retitled(error: Exception) -> Exception:
+    """A spec error of the scatter (``spec_error``'s, with its template) as the assignment's, same class and fields."""
+    return spec_error(type(error), for_assignment(error.template), error.fields)
+# The JAX frontend's assignment with x64 off: its offsets are int64, which JAX then cannot hold.
+ASSIGN_NEEDS_X64 = (
+    ASSIGN_PREFIX + " computes its offsets in int64, which JAX has only with x64 enabled; enable it with "
+    "jax.config.update('jax_enable_x64', True) (the library never changes it)"
+)

@@ -1,0 +1,65 @@
+"""``assign_req_to_token_pool`` for JAX: sglang's assignment as ``windows`` and the windowed scatter.
+
+Contract::
+
+    assign_req_to_token_pool(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, *,
+                             batch_size=None, implementation=None, interpret=False) -> jax.Array
+
+returns ``req_to_token`` with the assignment written (``shared_spec.assignment``: request ``r < batch_size``
+writes ``out_cache_loc[pt_r : pt_r + end - start]`` from column ``start_offset[r]`` of row
+``req_pool_indices[r]``, clipped to the table). ``batch_size``: a Python int (static under ``jit``), None for
+``len(req_pool_indices)``. Index arrays int32 or int64, the table int32; x64 must be enabled (the offsets are
+int64; ``errors.ASSIGN_NEEDS_X64`` otherwise, after the argument checks).
+
+It is ``assignment.windows`` in jax.numpy (a cumsum) and ``scatter_req_token_ids(..., start_cols=start)``, so it
+runs where and as the scatter runs: its default implementation (the Pallas kernels on GPUs and TPUs, XLA on the
+CPU), or ``implementation=`` / ``interpret=`` as given. Under ``jax.jit(..., donate_argnums=1)`` the table's
+buffer is reused (in place). The spec's argument checks run first (at trace time under ``jit``), with the
+assignment's messages; an error of the scatter call is retitled the same way.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from kv_canary_arrays.adopt import jax_input
+from kv_canary_arrays.describe import JAX, describe, jax_x64_enabled
+from kv_canary_jax import platforms
+from kv_canary_jax.api import scatter_req_token_ids
+from shared_spec import assignment, errors
+
+
+def assign_req_to_token_pool(
+    req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, *,
+    batch_size=None, implementation=None, interpret: bool = False,
+) -> jax.Array:
+    """Write each request's new slots into its row of ``req_to_token``; return the new table (module docstring)."""
+    values = (req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc)
+    views = {name: describe(value, frontend=JAX) for name, value in zip(assignment.ARGUMENT_NAMES, values)}
+    error = assignment.first_error(views, batch_size)
+    if error is not None:
+        raise error
+    if not jax_x64_enabled():
+        raise errors.value_error(errors.ASSIGN_NEEDS_X64)
+    bs = views["req_pool_indices"].shape[0] if batch_size is None else assignment.batch_size_value(batch_size)
+    device = _table_device(values)
+    rows, table, start, end, loc = (jax_input(value, device) for value in values)
+    offsets, start_cols = assignment.windows(start, end, bs, jnp)
+    try:
+        return scatter_req_token_ids(
+            loc.astype(jnp.int64), offsets, rows[:bs].astype(jnp.int64), table, start_cols=start_cols,
+            implementation=implementation, interpret=interpret,
+        )
+    except (errors.KvCanaryTypeError, errors.KvCanaryValueError) as error:
+        raise errors.retitled(error) from None
+
+
+def _table_device(values):
+    """Where host data goes: the table's device, else the first placed argument's (None: JAX's default)."""
+    for x in (values[1], values[0], *values[2:]):
+        if isinstance(x, jax.Array) and not platforms.is_tracer(x):
+            device = platforms.single_device(x)
+            if device is not None:
+                return device
+    return None

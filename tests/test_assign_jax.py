@@ -1,0 +1,119 @@
+"""``kv_canary_jax.assign_req_to_token_pool`` without a GPU: each implementation (the Pallas kernels in their
+interpreters) against the assignment's reference on sentinel tables; jit with the table donated; int32 inputs;
+errors; the conformance cases. The GPU test is marked gpu."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+from hypothesis import given  # noqa: E402
+
+from kv_canary_jax import assign_req_to_token_pool, implementations  # noqa: E402
+from kv_canary_jax.conformance import runners  # noqa: E402
+from shared_spec import assignment, errors  # noqa: E402
+from shared_spec.cases import ASSIGN, load_cases  # noqa: E402
+from shared_spec.conformance import check_case  # noqa: E402
+from tests.assign_support import EXTREME_WINDOWS, anything, assignments  # noqa: E402
+from tests.contract import assert_same_pool  # noqa: E402
+from tests.profiles import property_settings  # noqa: E402
+from tests.strategies import sentinel_pool  # noqa: E402
+
+ALL_WAYS = [("xla", False, 12), ("pallas", True, 3), ("mosaic", True, 2), ("mosaic_tpu", True, 2)]
+WAYS = [w for w in ALL_WAYS if implementations.unavailable_reason(w[0], "cpu", w[1]) is None]
+IDS = [w[0] for w in WAYS]
+
+
+@functools.cache
+def jitted(implementation, interpret, batch_size):
+    def f(rows, table, start, end, loc):
+        return assign_req_to_token_pool(rows, table, start, end, loc, batch_size=batch_size,
+                                        implementation=implementation, interpret=interpret)
+
+    return jax.jit(f, donate_argnums=1)
+
+
+def run(batch, implementation, interpret):
+    rows, table, start, end, loc, bs = batch
+    args = [jnp.asarray(x) for x in (rows, table, start, end, loc)]
+    return np.asarray(jitted(implementation, interpret, bs)(*args))
+
+
+@pytest.mark.parametrize("implementation,interpret,examples", WAYS, ids=IDS)
+def test_matches_the_reference(implementation, interpret, examples):
+    @property_settings(examples)
+    @given(batch=assignments())
+    def check(batch):
+        assert_same_pool(run(batch, implementation, interpret), assignment.assignment_reference(*batch))
+
+    check()
+
+
+@pytest.mark.parametrize("start,end", EXTREME_WINDOWS)
+def test_int64_extremes(start, end):
+    n = len(start)
+    batch = (np.arange(n), sentinel_pool(n, 5), np.asarray(start), np.asarray(end), np.arange(1, 8), n)
+    assert_same_pool(run(batch, "xla", False), assignment.assignment_reference(*batch))
+
+
+def test_eager_and_default_batch_size():
+    rows, start, end = jnp.array([1, 0], jnp.int32), jnp.array([0, 2], jnp.int32), jnp.array([2, 3])
+    table = jnp.full((2, 4), -5, jnp.int32)
+    got = assign_req_to_token_pool(rows, table, start, end, jnp.arange(5, 8))
+    assert got.tolist() == [[-5, -5, 7, -5], [5, 6, -5, -5]] and table.tolist() == [[-5] * 4] * 2
+
+
+def test_jit_donates_the_table():
+    table = jnp.asarray(sentinel_pool(3, 6))
+    f = jitted("xla", False, 2)
+    out = f(jnp.array([2, 0]), table, jnp.array([1, 0]), jnp.array([3, 1]), jnp.array([9, 8, 7]))
+    assert table.is_deleted()
+    expected = assignment.assignment_reference([2, 0], sentinel_pool(3, 6), [1, 0], [3, 1], [9, 8, 7], 2)
+    assert_same_pool(np.asarray(out), expected)
+
+
+def test_argument_errors_are_the_assignments():
+    table = jnp.zeros((2, 4), jnp.int32)
+    one = jnp.zeros(1, jnp.int64)
+    with pytest.raises(errors.KvCanaryTypeError) as info:
+        assign_req_to_token_pool(one, table.astype(jnp.int64), one, one, one)
+    assert str(info.value) == f"{errors.ASSIGN_PREFIX} req_to_token must be int32, got int64"
+    with pytest.raises(errors.KvCanaryValueError) as info:
+        assign_req_to_token_pool(one, table, one, one, one, implementation="nope")
+    assert str(info.value).startswith(f"{errors.ASSIGN_PREFIX} unknown implementation 'nope'")
+
+
+def test_x64_off_is_refused_after_the_argument_checks():
+    table = jnp.zeros((2, 4), jnp.int32)
+    jax.config.update("jax_enable_x64", False)
+    try:
+        one = jnp.zeros(1, jnp.int32)
+        with pytest.raises(errors.KvCanaryValueError) as info:
+            assign_req_to_token_pool(one, table, one, one, one)
+        assert str(info.value) == errors.ASSIGN_NEEDS_X64
+    finally:
+        jax.config.update("jax_enable_x64", True)
+
+
+@pytest.mark.parametrize("runner", runners(), ids=lambda r: r.name)
+def test_conformance_cases(runner):
+    if runner.unavailable:
+        pytest.skip(runner.unavailable)
+    results = [check_case(runner, case) for case in load_cases(op=ASSIGN)]
+    assert [r for r in results if r.status == "fail"] == []
+    assert sum(r.status == "pass" for r in results) >= 30
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not any(d.platform == "gpu" for d in jax.devices()), reason="needs a JAX GPU")
+@property_settings(10)
+@given(batch=anything(max_rows=20, max_width=40, max_bs=30))
+def test_gpu_default_implementation_matches_the_reference(batch):
+    rows, table, start, end, loc, bs = batch
+    args = [jax.device_put(x, jax.devices("gpu")[0]) for x in (rows, table, start, end, loc)]
+    got = jax.jit(functools.partial(assign_req_to_token_pool, batch_size=bs), donate_argnums=1)(*args)
+    assert_same_pool(np.asarray(got), assignment.assignment_reference(*batch))
