@@ -322,6 +322,53 @@ def test_a_slow_stream_never_reads_a_slot_a_step_after_a_lap_packed(streams):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_steps_copy_through_the_drivers_copy_once_the_native_piece_is_loaded():
+    from kv_canary_torch.launch import dispatch
+
+    pool = torch.from_numpy(sentinel_pool(8, 64, seed=15)).cuda()
+    writer = IncrementalWriter(pool, max_requests=4, max_new_tokens=16)
+    expected = _serve(writer, pool.cpu().numpy(), steps=3, seed=16)  # the first launch loads the piece
+    copy = dispatch.device_copy()
+    assert copy is not None, "the native piece did not load on this GPU machine"
+    copies = []
+    writer._copy = lambda *args: copies.append(args) or copy(*args)
+    expected = _serve(writer, expected, steps=12, seed=17)
+    torch.cuda.synchronize()
+    assert len(copies) == 12
+    assert_same_pool(pool.cpu().numpy(), expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_writer_dropped_with_steps_in_flight_waits_for_them():
+    # The steps are queued behind a long sleep, then the writer is dropped and pinned memory of its size allocated
+    # and overwritten at once: were its staging buffer freed before the queued copies ran, they would read the
+    # new allocation's values.
+    import gc
+
+    pool = torch.from_numpy(sentinel_pool(8, 64, seed=18)).cuda()
+    writer = IncrementalWriter(pool, max_requests=4, max_new_tokens=16)
+    expected = _serve(writer, pool.cpu().numpy(), steps=3, seed=19)  # the native piece loaded
+    torch.cuda.synchronize()
+    size = writer._host.numel()
+    stream = torch.cuda.Stream()
+    rows = np.array([0, 2, 5], np.int64)
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(200_000_000)  # about 0.1 s at H200 clocks
+        for step in range(3):
+            new = [7000 + 10 * step + row for row in rows.tolist()]
+            writer.step(new, rows, np.full(3, 40 + step, np.int64), lengths=1)
+            expected = _reference_step(expected, [[t] for t in new], rows, [40 + step] * 3)
+    del writer
+    gc.collect()
+    reused = [torch.full((size,), -1, dtype=torch.int64, pin_memory=True) for _ in range(4)]
+    torch.cuda.synchronize()
+    assert_same_pool(pool.cpu().numpy(), expected)
+    del reused
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_steps_on_the_gpu_allocate_nothing():
     pool = torch.from_numpy(sentinel_pool(8, 64, seed=8)).cuda()
     writer = IncrementalWriter(pool, max_requests=4, max_new_tokens=16)

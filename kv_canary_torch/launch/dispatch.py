@@ -17,6 +17,8 @@ Contract:
 - ``remember_call(signature, backend, ...)``: after a checked launch with
   ``check_values=False``, lets ``call_bound`` take the later calls whose
   arguments have the same signature.
+- ``device_copy() -> copy_to_device | None``: the native piece's asynchronous host-to-device copy (its contract in
+  native.cpp) once the piece is loaded, else None (the caller copies through torch).
 - ``use_rule(rule)``: plan every later launch, checked or remembered, under
   ``rule`` (a ``plan.Rule``; tests use small tiles), forgetting the
   signatures remembered under the rule before.
@@ -226,6 +228,11 @@ def _configure(c) -> None:
                 current_device=current_device, rule=launch_plan.native_config(_rule))
     _c = c
     call_bound = _no_call if _paused else c.call
+
+
+def device_copy():
+    """The loaded native piece's ``copy_to_device`` (module docstring), else None."""
+    return None if _c is None else _c.copy_to_device
 
 
 def use_rule(rule: launch_plan.Rule) -> None:

@@ -4,7 +4,8 @@
  *
  *   load_driver(library="libcuda.so.1") -> None
  *       Resolves cuLaunchKernel, cuCtxGetCurrent and cuGetErrorName from `library` (torch has loaded the real
- *       one); OSError when it cannot. The first library that loads stays.
+ *       one), and cuMemcpyHtoDAsync_v2 where it has it (copy_to_device); OSError when it lacks one of the three.
+ *       The first library that loads stays.
  *   bind(function, threads, shared, n_ints, n_scratch, owner, n_window=0) -> kernel
  *       A compiled kernel bound once (a capsule): the CUfunction handle (an int), threads per program, dynamic
  *       shared bytes, and its parameter layout: four 8-byte pointers (flat_in, offsets, req_pool_indices,
@@ -52,6 +53,13 @@
  *       gives NOTHING). RuntimeError before `configure`, ValueError for a negative size or stride.
  *   served() -> int
  *       How many calls `call` has served (launched, or found nothing to write).
+ *   copy_to_device(dst, src, nbytes, stream) -> bool
+ *       Enqueues the driver's asynchronous copy (cuMemcpyHtoDAsync) of `nbytes` bytes from host address `src` to
+ *       device address `dst` on `stream` (ints) and returns True; False, with nothing enqueued, where the driver has
+ *       no such copy or the thread has no CUDA context (the caller copies through torch). The caller owns the
+ *       hazards torch's copy would guard: `src` page-locked and alive until the copy has run (IncrementalWriter's
+ *       ring of events), `dst` on the stream's device. A driver refusal raises RuntimeError with its name;
+ *       ValueError for a negative size. The GIL is released around the driver call.
  *
  * read_meta: a torch.Tensor's metadata from its at::Tensor, no Python call. It fills a TensorMeta when the tensor
  * is defined, strided and not nested, has storage, has at most 2 dimensions (sizes and strides past its rank are
@@ -93,10 +101,12 @@ typedef CUresult (*launch_kernel_fn)(CUfunction, unsigned, unsigned, unsigned, u
                                      unsigned, CUstream, void **, void **);
 typedef CUresult (*ctx_get_current_fn)(CUcontext *);
 typedef CUresult (*get_error_name_fn)(CUresult, const char **);
+typedef CUresult (*memcpy_htod_async_fn)(uint64_t, const void *, size_t, CUstream);
 
 launch_kernel_fn launch_kernel;
 ctx_get_current_fn ctx_get_current;
 get_error_name_fn get_error_name;
+memcpy_htod_async_fn memcpy_htod_async; /* optional: copy_to_device declines without it */
 
 constexpr int N_TENSORS = 4; /* flat_in, offsets, req_pool_indices, pool_out: the kernels' first four pointers */
 constexpr int MAX_WINDOW = 1; /* start_cols, after the ints, in a windowed kernel */
@@ -198,6 +208,7 @@ PyObject *load_driver(PyObject *, PyObject *args) {
     }
     ctx_get_current = current;
     get_error_name = name;
+    memcpy_htod_async = reinterpret_cast<memcpy_htod_async_fn>(dlsym(lib, "cuMemcpyHtoDAsync_v2"));
     launch_kernel = launch; /* last: it marks the driver as loaded */
     Py_RETURN_NONE;
 }
@@ -630,6 +641,37 @@ PyObject *plan(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
 
 PyObject *served(PyObject *, PyObject *) { return PyLong_FromUnsignedLongLong(served_calls); }
 
+PyObject *copy_to_device(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "copy_to_device takes dst, src, nbytes and stream");
+        return nullptr;
+    }
+    unsigned long long dst = PyLong_AsUnsignedLongLong(args[0]);
+    void *src = PyLong_AsVoidPtr(args[1]);
+    Py_ssize_t nbytes = PyLong_AsSsize_t(args[2]);
+    void *stream = PyLong_AsVoidPtr(args[3]);
+    if (PyErr_Occurred()) return nullptr;
+    if (nbytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "copy_to_device: nbytes must be >= 0");
+        return nullptr;
+    }
+    CUcontext context = nullptr;
+    if (memcpy_htod_async == nullptr || ctx_get_current(&context) != 0 || context == nullptr) Py_RETURN_FALSE;
+    if (nbytes == 0) Py_RETURN_TRUE;
+    CUresult status;
+    Py_BEGIN_ALLOW_THREADS
+    status = memcpy_htod_async(dst, src, size_t(nbytes), static_cast<CUstream>(stream));
+    Py_END_ALLOW_THREADS
+    if (status != 0) {
+        const char *name = nullptr;
+        if (get_error_name(status, &name) != 0) name = nullptr;
+        PyErr_Format(PyExc_RuntimeError, "kv-canary: cuMemcpyHtoDAsync failed: %s (%d)", name ? name : "unknown error",
+                     status);
+        return nullptr;
+    }
+    Py_RETURN_TRUE;
+}
+
 PyMethodDef methods[] = {
     {"load_driver", load_driver, METH_VARARGS, "load_driver(library='libcuda.so.1'): the driver's launch functions"},
     {"bind", bind, METH_VARARGS, "bind(function, threads, shared, n_ints, n_scratch, owner, n_window=0) -> kernel"},
@@ -642,6 +684,8 @@ PyMethodDef methods[] = {
     {"plan", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(plan)), METH_FASTCALL,
      "plan(bs, N, R, C, strides...) -> (slot, grid, ints, small_ints) | None"},
     {"served", served, METH_NOARGS, "served() -> int: calls served by call()"},
+    {"copy_to_device", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(copy_to_device)), METH_FASTCALL,
+     "copy_to_device(dst, src, nbytes, stream) -> bool: an asynchronous host-to-device copy on stream"},
     {nullptr, nullptr, 0, nullptr},
 };
 
