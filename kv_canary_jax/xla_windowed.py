@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from kv_canary_jax import xla
 from kv_canary_jax.windows import pool_window
 from shared_spec.reference import longest_window
 
@@ -38,6 +39,17 @@ def scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols) -> jax.Arr
     (n_tokens,), (bs,), (n_rows, width) = flat_in.shape, req_pool_indices.shape, pool_out.shape
     if min(bs, n_tokens, n_rows, width) == 0:
         return pool_out
+    cells = xla._cells(offsets, req_pool_indices, n_rows, width, n_tokens, start_cols)
+    return lax.platform_dependent(flat_in, offsets, req_pool_indices, pool_out, start_cols, cells,
+                                  cuda=_per_cell, rocm=_per_cell, default=_token_pass_or_grid)
+
+
+def _token_pass_or_grid(flat_in, offsets, req_pool_indices, pool_out, start_cols, cells):
+    return xla._enumeration(flat_in, cells, pool_out)
+
+
+def _per_cell(flat_in, offsets, req_pool_indices, pool_out, start_cols, cells):
+    (n_tokens,), (bs,), (n_rows, width) = flat_in.shape, req_pool_indices.shape, pool_out.shape
     span = longest_window(width, n_tokens)
     bases, los, his = pool_window(offsets[:-1], offsets[1:], start_cols, width, n_tokens, jnp)
 

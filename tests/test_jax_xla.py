@@ -42,8 +42,8 @@ def direct(formulation):
 
 def formulations():
     """Each formulation jitted, and the platform-chosen whole."""
-    return {"enumeration": jax.jit(direct(xla._enumeration)), "per_request": jax.jit(direct(xla._per_request)),
-            "scatter": jax.jit(xla.scatter)}
+    return {"enumeration": jax.jit(direct(xla._enumeration)), "token_pass": jax.jit(direct(xla._token_pass)),
+            "per_request": jax.jit(direct(xla._per_request)), "scatter": jax.jit(xla.scatter)}
 
 
 FORMULATIONS = formulations()
@@ -230,11 +230,16 @@ def test_lowering_has_no_conditional_and_no_host_transfer(platform, bs, n_tokens
 
 
 @pytest.mark.parametrize("bs,n_tokens,shape", SHAPES)
-def test_enumeration_lowered_for_tpu_loops_only_where_cells_may_pass_n(bs, n_tokens, shape):
-    """The enumeration (TPU, CPU): one scatter, and a while loop (on the device) only where ``bs * min(C, N) > N``."""
+def test_enumeration_lowered_for_tpu_loops_only_where_it_takes_the_token_pass(bs, n_tokens, shape):
+    """TPU, CPU: the per-request grid (no loop) where it has at most 3/2 cells per token, else the token pass (a
+    while loop on the device for windows out of order); one scatter outside any loop either way."""
     text = lowered("tpu", bs, n_tokens, shape, direct(xla._enumeration))
     assert not value_conditionals(text) and not HOST.search(text)
-    assert text.count("stablehlo.while") == (bs * min(shape[1], n_tokens) > n_tokens)
+    token_pass = xla.PER_TOKENS * bs * min(shape[1], n_tokens) > xla.GRID_CELLS * n_tokens
+    assert text.count("stablehlo.while") == token_pass
+    assert token_pass == ((bs, n_tokens) == (64, 512))  # the short batch in wide rows
+    text = lowered("tpu", bs, n_tokens, shape, direct(xla._token_pass))
+    assert not value_conditionals(text) and not HOST.search(text) and text.count("stablehlo.while") == 1
 
 
 @pytest.mark.parametrize("bs,n_tokens,shape", SHAPES)
