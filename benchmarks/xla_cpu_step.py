@@ -7,7 +7,7 @@ prints per case the marginal costs (medians of interleaved rounds) and the same-
 whether the bar holds: ``xla`` at most ``BAR_RATIO`` times ``plain`` or at most ``BAR_US`` more. Exit status 0 when
 every result agrees with the reference (``bench_step``'s check), 1 otherwise; the bar is reported, not enforced.
 
-    PYTHONPATH=. python benchmarks/xla_cpu_step.py [--case BSxSEQ[r] ...] [--rounds 9] [--steps 20] [--json]
+    PYTHONPATH=. python benchmarks/xla_cpu_step.py [--case BSxSEQ[r] ...] [--rounds 9] [--steps 20] [--clock process] [--json]
 """
 
 from __future__ import annotations
@@ -44,10 +44,12 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=STEPS)
     ap.add_argument("--size", type=int, default=SIZE)
     ap.add_argument("--no-windowed", action="store_true", help="unwindowed rows only")
+    ap.add_argument("--clock", choices=tuple(bench_step.CLOCKS), default="wall",
+                    help="process: the CPU time of this process (robust to other processes on a loaded machine)")
     ap.add_argument("--json", action="store_true")
     mine = ap.parse_args(argv)
     args = bench_step.parser().parse_args(["--size", str(mine.size), "--rounds", str(mine.rounds),
-                                           "--steps", str(mine.steps)] + ([] if mine.no_windowed else ["--windowed"]))
+                                           "--steps", str(mine.steps), "--clock", mine.clock] + ([] if mine.no_windowed else ["--windowed"]))
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -61,7 +63,7 @@ def main(argv=None) -> int:
                   file=sys.stderr, flush=True)
     result = verdicts(rows)
     if mine.json:
-        print(json.dumps({"jax": jax.__version__, "device": jax.devices()[0].device_kind, "rounds": mine.rounds,
+        print(json.dumps({"jax": jax.__version__, "device": jax.devices()[0].device_kind, "rounds": mine.rounds, "clock": mine.clock,
                           "steps": mine.steps, "size": mine.size, "rows": rows, "verdicts": result}, indent=1))
     else:
         print(bench_step.table(rows) + "\n")

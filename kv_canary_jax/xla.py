@@ -23,25 +23,36 @@ disjoint, and each written cell reads a distinct token of ``[0, N)``.
 
 Two formulations, chosen per platform when lowering (``lax.platform_dependent``):
 
-- by token, then by cell (CPU, TPU and any other platform). When the
+- CPU, TPU and any other platform: the per-request grid below where it has at
+  most 3/2 cells per token (``PER_TOKENS * bs * min(C, N) <= GRID_CELLS * N``,
+  a choice of shapes made when tracing: batches whose requests fill their rows),
+  else by token, then by cell. On paper: the grid is a gather and a scatter of
+  ``bs * min(C, N)`` cells and no pass over the tokens; the token pass is a
+  scatter-add of ``2 * bs`` updates, one cumulative sum over the ``N`` tokens,
+  one elementwise pass and one scatter of ``N`` updates (``plain``, what a user
+  writes, does the same sum and two gathers of ``N`` more), after ``O(bs)``
+  per-request work (``written_columns``, one ``cummax`` and an ``all``). On the
+  2-core CPU machine (2026-12-01, jax 0.10.2) a grid cell costs about 0.6x a
+  token of either pass, hence the 3/2; ``benchmarks/xla_cpu_step.py`` times
+  both against ``plain`` in a jitted step (docs/jax.md, Performance).
+  The token pass: when the
   non-empty windows (the token ranges requests read) are disjoint and in
   request order (``ordered``: every non-decreasing batch), each token is
-  written by at most one cell, found as ``jnp.repeat`` finds it (a cumulative
-  sum over the ``N`` tokens of markers at the window and gap boundaries): one
-  scatter of ``N`` updates reading ``flat_in`` in order, the shape of what a
-  user writes for well-formed batches. Otherwise that scatter writes nothing,
-  and a ``lax.while_loop`` enumerates the ``T`` cells ``N`` at a time
-  (``ceil(T / N)`` scatters of ``N`` updates, each cell finding its request the
-  same way over enumeration indices): work proportional to the cells written.
-  A well-formed batch evaluates the loop's predicate once and runs no body; a
-  shape with ``bs * min(C, N) <= N`` needs no loop and runs one enumeration.
+  written by at most one cell, whose row and column shift the cumulative sum
+  gives (``_by_token``): one scatter of ``N`` updates reading ``flat_in`` in
+  order. Otherwise that scatter writes nothing, and a ``lax.while_loop``
+  enumerates the ``T`` cells ``N`` at a time
+  (``ceil(T / N)`` scatters of ``N`` updates, each cell finding its request by
+  ``jnp.repeat`` over enumeration indices): work proportional to the cells written.
+  A well-formed batch evaluates the loop's predicate once and runs no body.
   The predicate stays on the device: on a CPU the host is the device; on a TPU
   XLA runs a while loop in the TPU program itself (its scalar core reads the
   predicate from device memory), so no value crosses to the host either way
   (``tests/test_jax_xla.py`` reads the TPU lowering: no conditional, no host
   transfer). Under ``jax.vmap`` one loop serves the batch, while any example
   has cells left (``checkify`` refuses a loop on a batched predicate, which
-  JAX's own batching of the loop would give).
+  JAX's own batching of the loop would give). ``xla_windowed`` takes this
+  path on these platforms too, with its windows in pool columns.
 - per request (CUDA and ROCm GPUs): a grid of ``bs x min(C, N)`` cells, cell
   ``(r, w)`` writing column ``lo[r] + w`` when ``w < length[r]``: exact for any
   offsets with no value-dependent control at all, in steps of ``CELLS_PER_STEP``
@@ -58,7 +69,12 @@ Skipped cells are never written: their scatter index is the row ``R`` (past the
 pool; ``mode="drop"`` discards it). No index is ever negative, so JAX's
 negative-index normalization never applies. Per-request quantities lie in
 ``[-C, N]`` (``written_columns``) and enumeration indices below
-``bs * min(C, N) < 2**62``: no int64 arithmetic here overflows.
+``bs * min(C, N) < 2**62``: no int64 arithmetic here overflows. The token
+pass packs a row and a column shift as ``row * 2**32 + shift`` (rows in ``[0,
+R]``, shifts in ``[-N, C]``, both below ``2**31`` in magnitude: it needs ``N + C
+< 2**31`` and ``R < 2**31``, else it sums them apart in int64); the packed
+differences' sum may wrap on the way, but it telescopes to a packed pair, which
+is exact.
 """
 
 from __future__ import annotations
@@ -80,6 +96,8 @@ CELLS_PER_STEP = 1 << 24
 # CPU, TPU: the per-request grid where it has at most 3/2 cells per token (a choice of shapes, made when tracing):
 # on the 2-core CPU machine a grid cell costs about 0.6x a token of the token pass (no sum over the tokens).
 GRID_CELLS, PER_TOKENS = 3, 2
+# The token pass's indices are int32 where rows and N + C are below this (a module value so tests can lower it).
+INDEX32_BOUND = 2**31
 
 
 def scatter(flat_in, offsets, req_pool_indices, pool_out) -> jax.Array:
@@ -139,6 +157,15 @@ def _by_token(flat_in, cells, pool):
     base + lo``) are disjoint and in request order, which non-decreasing offsets
     give; then this writes every cell (one scatter of ``N`` updates, ``flat_in``
     read in order). Otherwise it writes nothing, and the caller writes the cells.
+    Token ``t`` in request ``r``'s window goes to column ``t + (lo - a)`` of its
+    row; a token in no window, and every token of a batch out of order, to ``(R,
+    t)`` (past the pool, dropped). Each token's ``(row, shift)`` is a cumulative
+    sum of differences: ``(R, 0)`` at token 0, ``+(row - R, lo - a)`` at a
+    window's first token and its negation at the token after its last (dropped
+    at ``N``). In order, every earlier window has closed by ``t``, so the sum at
+    ``t`` is the pair of the window holding ``t``, or ``(R, 0)`` in a gap. A
+    request that writes nothing (empty window, row outside the pool, batch out of
+    order) adds no difference, at the index ``N`` (dropped): no index is negative.
     """
     (n_tokens,), (bs,), (n_rows, _) = flat_in.shape, cells.rows.shape, pool.shape
     own = cells.bases + cells.los  # in [0, N] where width > 0
@@ -147,16 +174,24 @@ def _by_token(flat_in, cells, pool):
     # In order: each non-empty window starts at or after every earlier non-empty window's end.
     closed = lax.cummax(jnp.where(nonempty, ends, 0))
     ordered = jnp.all(~nonempty | (own >= jnp.concatenate([jnp.zeros((1,), ends.dtype), closed[:-1]])))
-    index = jnp.int32 if max(n_tokens + pool.shape[1], n_rows) < 2**31 else jnp.int64
+    # Indices in int32 where they fit (rows <= R, columns in [0, N + C), shifts in [-N, C]): half the bytes of int64.
+    index = jnp.int32 if max(n_tokens + pool.shape[1], n_rows) < INDEX32_BOUND else jnp.int64
     write = ordered & nonempty & (cells.rows >= 0) & (cells.rows < n_rows)
-    # (row, shift) packed as row * 2**32 + shift (|shift| < 2**31): one sum over the tokens for both.
-    pair = jnp.where(write, (cells.rows - n_rows) * 2**32 + (cells.los - own), 0)
     at = jnp.concatenate([jnp.where(write, own, n_tokens), jnp.where(write, ends, n_tokens)])  # in [0, N]; N: dropped
-    steps = jnp.zeros((n_tokens,), jnp.int64).at[0].set(n_rows * 2**32)
-    steps = steps.at[at].add(jnp.concatenate([pair, -pair]), mode="drop")
-    packed = jnp.cumsum(steps)
-    rows = ((packed + 2**31) >> 32).astype(index)
-    columns = jnp.arange(n_tokens, dtype=index) + (packed - (rows.astype(jnp.int64) << 32)).astype(index)
+
+    def summed(differences, first):
+        steps = jnp.zeros((n_tokens,), jnp.int64).at[0].set(first)
+        return jnp.cumsum(steps.at[at].add(jnp.concatenate([differences, -differences]), mode="drop"))
+
+    row_steps, shift_steps = jnp.where(write, cells.rows - n_rows, 0), jnp.where(write, cells.los - own, 0)
+    if index is jnp.int32:  # one sum for both: row * 2**32 + shift
+        packed = summed(row_steps * 2**32 + shift_steps, n_rows * 2**32)
+        rows = (packed + 2**31) >> 32
+        shifts = packed - (rows << 32)
+    else:
+        rows, shifts = summed(row_steps, n_rows), summed(shift_steps, 0)
+    columns = jnp.arange(n_tokens, dtype=index) + shifts.astype(index)  # in [lo, hi) in a window, else t
+    rows = rows.astype(index)
     return pool.at[rows, columns].set(flat_in.astype(jnp.int32), mode="drop"), ordered
 
 

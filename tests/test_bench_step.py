@@ -135,3 +135,13 @@ def test_on_a_gpu_every_implementation_runs_and_the_default_is_the_gpu_kernel(ca
     assert out["default"] == default_gpu_kernel("cuda", False)
     expected = {i for i in bench_step.IMPLEMENTATIONS if i in available_implementations()} | {bench_step.PLAIN, bench_step.DEFAULT}
     assert {r["implementation"] for r in out["rows"]} == expected
+
+
+def test_process_clock_times_the_cpu_work_of_this_process(capsys):
+    assert bench_step.main(["--impl", "xla", "--impl", "plain", "--case", "3x40", "--clock", "process", *TINY]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["meta"]["clock"] == "process" and len(out["rows"]) == 2
+    calls = []
+    step = lambda: calls.append(1)  # noqa: E731
+    assert bench_step.median_step_us(step, 3, clock=iter([0.0, 1e-6, 2.0, 2.0 + 3e-6, 5.0, 5.0 + 2e-6]).__next__) == pytest.approx(2.0)
+    assert len(calls) == 3

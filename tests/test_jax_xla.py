@@ -162,6 +162,19 @@ def test_checkify_of_vmap_over_batches_whose_windows_overlap():
         assert_same_pool(np.asarray(out[i]), scatter_reference(flat[i], offsets[i], rows[i], pools[i]))
 
 
+def test_token_pass_with_int64_indices(monkeypatch):
+    """The token pass's int64 path (rows and shifts summed apart: pools or batches past int32), forced here."""
+    monkeypatch.setattr(xla, "INDEX32_BOUND", 0)
+    f = jax.jit(direct(xla._token_pass))
+
+    @property_settings(20)
+    @given(batch=malformed_batches())
+    def check(batch):
+        assert_same_pool(np.asarray(f(*batch)), scatter_reference(*batch))
+
+    check()
+
+
 def test_windows_in_order_with_gaps_between_them():
     """Windows disjoint and in order, but a window ends before the next begins, inside the pool's width."""
     flat_in = np.arange(7, dtype=np.int64) + 100
