@@ -288,3 +288,17 @@ def test_compiled_for_the_cpu_has_no_conditional():
                           env=dict(env, JAX_ENABLE_X64="1", JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT)), cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True", "True"]
+
+
+@pytest.mark.parametrize("platform", ["tpu", "cuda", "cpu"])
+@pytest.mark.parametrize("bs,n_tokens,shape", SHAPES)
+def test_windowed_lowering_has_no_conditional_and_no_host_transfer(platform, bs, n_tokens, shape):
+    """``xla_windowed`` on each platform: the GPU's per-cell steps, elsewhere this module's formulations on its windows."""
+    from kv_canary_jax import xla_windowed
+
+    args = [jax.ShapeDtypeStruct(s, t) for s, t in (((n_tokens,), jnp.int64), ((bs + 1,), jnp.int64),
+                                                     ((bs,), jnp.int64), (shape, jnp.int32), ((bs,), jnp.int64))]
+    text = jax.jit(xla_windowed.scatter, donate_argnums=3).trace(*args).lower(lowering_platforms=(platform,)).as_text()
+    assert not value_conditionals(text) and not HOST.search(text)
+    token_pass = xla.PER_TOKENS * bs * min(shape[1], n_tokens) > xla.GRID_CELLS * n_tokens
+    assert text.count("stablehlo.while") == (platform != "cuda" and token_pass)
