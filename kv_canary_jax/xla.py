@@ -53,7 +53,7 @@ Two formulations, chosen per platform when lowering (``lax.platform_dependent``)
   has cells left (``checkify`` refuses a loop on a batched predicate, which
   JAX's own batching of the loop would give). ``xla_windowed`` takes this
   path on these platforms too, with its windows in pool columns.
-- per request (CUDA and ROCm GPUs): a grid of ``bs x min(C, N)`` cells, cell
+- per request (CUDA and ROCm GPUs; elsewhere, the shapes of at most 3/2 cells per token): a grid of ``bs x min(C, N)`` cells, cell
   ``(r, w)`` writing column ``lo[r] + w`` when ``w < length[r]``: exact for any
   offsets with no value-dependent control at all, in steps of ``CELLS_PER_STEP``
   cells (one step for the benchmarks' batches; more steps are a loop with a
@@ -72,9 +72,9 @@ negative-index normalization never applies. Per-request quantities lie in
 ``bs * min(C, N) < 2**62``: no int64 arithmetic here overflows. The token
 pass packs a row and a column shift as ``row * 2**32 + shift`` (rows in ``[0,
 R]``, shifts in ``[-N, C]``, both below ``2**31`` in magnitude: it needs ``N + C
-< 2**31`` and ``R < 2**31``, else it sums them apart in int64); the packed
-differences' sum may wrap on the way, but it telescopes to a packed pair, which
-is exact.
+< 2**31`` and ``R < 2**31``, else it sums them apart in int64); the sum of
+the packed differences up to any token is the packed pair of that token's
+window, or ``(R, 0)``: it never leaves int64.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ from jax import lax
 from kv_canary_jax.windows import pool_window
 from shared_spec.reference import longest_window
 
-# Cells (request x column) the per-request formulation (GPUs) takes in one step:
+# Cells (request x column) the per-request formulation takes in one step:
 # 16M cells is at most ~340 MB of int64/int32/bool temporaries where XLA does
 # not fuse them into the scatter, small next to a GPU's memory, and enough for
 # the step bench's batches (up to 256 x 32769) to take one step.
