@@ -53,7 +53,8 @@ Two formulations, chosen per platform when lowering (``lax.platform_dependent``)
   has cells left (``checkify`` refuses a loop on a batched predicate, which
   JAX's own batching of the loop would give). ``xla_windowed`` takes this
   path on these platforms too, with its windows in pool columns.
-- per request (CUDA and ROCm GPUs; elsewhere, the shapes of at most 3/2 cells per token): a grid of ``bs x min(C, N)`` cells, cell
+- per request (CUDA and ROCm GPUs; elsewhere, the shapes of at most 3/2 cells
+  per token): a grid of ``bs x min(C, N)`` cells, cell
   ``(r, w)`` writing column ``lo[r] + w`` when ``w < length[r]``: exact for any
   offsets with no value-dependent control at all, in steps of ``CELLS_PER_STEP``
   cells (one step for the benchmarks' batches; more steps are a loop with a

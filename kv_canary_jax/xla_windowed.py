@@ -3,7 +3,8 @@
 Contract: ``scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols)`` takes int64 ``flat_in[N]``,
 ``offsets[bs+1]``, ``req_pool_indices[bs]``, ``start_cols[bs]`` and an int32 ``pool_out[R, C]`` whose checks have
 passed, and returns the pool with the requests' tokens written from their first columns, exactly as
-``shared_spec.reference`` says. Scatters write the pool (in place when the caller donates it); when ``bs``, ``N``, ``R`` or ``C`` is 0 the pool is returned as is. Unwindowed calls take ``xla.scatter``.
+``shared_spec.reference`` says. Scatters write the pool (in place when the caller donates it); when ``bs``, ``N``,
+``R`` or ``C`` is 0 the pool is returned as is. Unwindowed calls take ``xla.scatter``.
 
 Per platform (``lax.platform_dependent``), both exact for any values (overlapping or decreasing segments included):
 
