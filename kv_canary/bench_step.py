@@ -23,14 +23,15 @@ its command buffer) is part of what is timed.
 Method: per case, one step without the scatter and one with it per
 implementation (``--impl``, default every one of ``mosaic``, ``pallas``,
 ``xla`` that runs here, ``plain`` and ``default``: ``implementation=None``,
-reported with the name it resolves to), and with ``--windowed`` each of ``mosaic``, ``pallas`` and ``xla``
-also with ``start_cols`` (``kv_canary.bench_incremental.append_columns``: an append position per request at which
+reported with the name it resolves to), and with ``--windowed`` each of ``mosaic``, ``pallas``, ``xla`` and
+``plain`` (``plain_windowed_scatter``) also with ``start_cols`` (``kv_canary.bench_incremental.append_columns``: an append position per request at which
 every token is still written, the same bytes), reported as its own row beside the unwindowed one with
 ``over_unwindowed``, the ratio of the two marginal costs' medians (``--windowed`` alone defaults to those three,
 without ``plain`` and ``default``). ``plain`` is not the library: it is
 ``plain_xla_scatter``, the scatter a JAX user writes by hand for well-formed
 batches, the baseline the library's ``xla`` must not lose to; each row reports
-its marginal cost over ``plain``'s (``vs_plain``, a ratio of medians). Each is compiled and run ``--warmup`` times, its
+its marginal cost over ``plain``'s (``vs_plain``, a ratio of medians; a windowed
+row's over windowed ``plain``'s, None where that is not run). Each is compiled and run ``--warmup`` times, its
 pool checked against the reference, then timed in ``--rounds`` interleaved
 rounds: every round times every step of the case ``--steps`` times back to
 back (the order rotated by one each round, so that no step always runs first)
@@ -44,7 +45,7 @@ Flags: ``--case BSxSEQ[r][a]`` (repeatable; ``kv_canary.bench.parse_case``:
 ``r`` ragged lengths, ``a`` rows ``seq`` wide), ``--impl NAME`` (repeatable:
 ``mosaic``, ``pallas``, ``xla``, ``default``), ``--rounds N``, ``--steps N``,
 ``--warmup N``, ``--size N`` (matmul side), ``--matmuls N``,
-``--fresh-inputs``, ``--windowed``, ``--json``, ``--short`` (the CPU variant: ``SHORT_CASES``,
+``--fresh-inputs``, ``--windowed``, ``--clock wall|process`` (``CLOCKS``), ``--json``, ``--short`` (the CPU variant: ``SHORT_CASES``,
 ``SHORT_SIZE``-wide matmuls, ``SHORT_ROUNDS`` rounds of ``SHORT_STEPS`` steps,
 each overridable by its own flag; a few minutes on two CPU cores).
 """
@@ -92,6 +93,20 @@ def plain_xla_scatter(flat_in, offsets, rows, pool):
     return pool.at[rows[req], jnp.arange(n_tokens) - offsets[req]].set(flat_in.astype(jnp.int32), mode="drop")
 
 
+def plain_windowed_scatter(flat_in, offsets, rows, start_cols, pool):
+    """``plain_xla_scatter`` with ``start_cols``: token ``t`` of request ``r`` to column ``start_cols[r] + t - offsets[r]``.
+
+    Correct for well-formed windowed batches only (each request's tokens fit its
+    row from its first column); the windowed baseline, never the library's path.
+    """
+    import jax.numpy as jnp
+
+    (n_tokens,), (bs,) = flat_in.shape, rows.shape
+    req = jnp.repeat(jnp.arange(bs), offsets[1:] - offsets[:-1], total_repeat_length=n_tokens)
+    columns = start_cols[req] + jnp.arange(n_tokens) - offsets[req]
+    return pool.at[rows[req], columns].set(flat_in.astype(jnp.int32), mode="drop")
+
+
 @dataclasses.dataclass
 class Step:
     """One jitted step of one case: ``implementation`` None for the step without the scatter."""
@@ -118,7 +133,8 @@ def make_step(implementation: str | None, matmuls: int, windowed: bool = False):
     """The jitted step (see the module docstring): ``(x, w, flat_in, offsets, rows, start_cols, pool) -> (h, pool)``,
     pool donated; ``start_cols`` passed on where ``windowed`` (else it is None and unused).
 
-    ``implementation`` None: no scatter. ``DEFAULT``: ``implementation=None``. ``PLAIN``: ``plain_xla_scatter``.
+    ``implementation`` None: no scatter. ``DEFAULT``: ``implementation=None``. ``PLAIN``: ``plain_xla_scatter``
+    (``plain_windowed_scatter`` where ``windowed``).
     """
     import jax
     import jax.numpy as jnp
@@ -130,7 +146,8 @@ def make_step(implementation: str | None, matmuls: int, windowed: bool = False):
         for _ in range(matmuls):  # a chain: each matmul needs the one before
             h = jnp.dot(h, w, preferred_element_type=jnp.bfloat16)
         if implementation == PLAIN:
-            pool = plain_xla_scatter(flat_in, offsets, rows, pool)
+            pool = (plain_windowed_scatter(flat_in, offsets, rows, start_cols, pool) if windowed
+                    else plain_xla_scatter(flat_in, offsets, rows, pool))
         elif implementation is not None:
             choice = None if implementation == DEFAULT else implementation
             windows = {"start_cols": start_cols} if windowed else {}
@@ -148,13 +165,18 @@ def default_name() -> str:
     return name
 
 
-def median_step_us(step: Step, steps: int) -> float:
-    """The median wall time of ``steps`` synced calls of ``step``, in microseconds."""
+# --clock: wall time, or the CPU time of this process's threads (on a CPU backend, what a loaded machine's other
+# processes do not inflate; it misses a GPU's time, so it is for CPU runs only).
+CLOCKS = {"wall": time.perf_counter, "process": time.process_time}
+
+
+def median_step_us(step: Step, steps: int, clock=time.perf_counter) -> float:
+    """The median time (``clock``, wall by default) of ``steps`` synced calls of ``step``, in microseconds."""
     times = []
     for _ in range(steps):
-        start = time.perf_counter()
+        start = clock()
         step()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return statistics.median(times) * 1e6
 
 
@@ -186,7 +208,7 @@ def run_case(case: str, implementations, args) -> tuple[list[dict], list[str]]:
     batch = (*host[:3], start_cols) if args.fresh_inputs else tuple(jax.device_put(a) for a in (*host[:3], start_cols))
     labels = [("without", None, False)] + [(i, i, False) for i in implementations]
     if args.windowed:
-        labels += [(i + WINDOWED, i, True) for i in implementations if i in IMPLEMENTATIONS]
+        labels += [(i + WINDOWED, i, True) for i in implementations if i in (*IMPLEMENTATIONS, PLAIN)]
     steps = {
         label: Step(label, impl, make_step(impl, args.matmuls, windowed), (x, w, *batch[:3], batch[3] if windowed else None),
                     jax.device_put(host[3]), args.fresh_inputs, windowed)
@@ -196,7 +218,8 @@ def run_case(case: str, implementations, args) -> tuple[list[dict], list[str]]:
         for _ in range(max(1, args.warmup)):
             step()
     failed = [label for label, step in steps.items() if step.implementation and not agrees(step, expected[step.windowed])]
-    samples = interleaved_samples(steps, lambda step: median_step_us(step, args.steps), args.rounds)
+    clock = CLOCKS[getattr(args, "clock", "wall")]
+    samples = interleaved_samples(steps, lambda step: median_step_us(step, args.steps, clock), args.rounds)
     failed += [label for label, step in steps.items() if step.implementation and not agrees(step, expected[step.windowed])]
     without = samples["without"]
     rows = []
@@ -216,9 +239,10 @@ def run_case(case: str, implementations, args) -> tuple[list[dict], list[str]]:
         base = unwindowed.get(r["implementation"])
         r["over_unwindowed"] = (r["marginal_us"]["median"] / base if r["windowed"] and base is not None and base > 0
                                 else None)
-    plain = unwindowed.get(PLAIN)
+    plain = {r["windowed"]: r["marginal_us"]["median"] for r in rows if r["implementation"] == PLAIN}
     for r in rows:
-        r["vs_plain"] = r["marginal_us"]["median"] / plain if plain is not None and plain > 0 else None
+        base = plain.get(r["windowed"])
+        r["vs_plain"] = r["marginal_us"]["median"] / base if base is not None and base > 0 else None
     return rows, sorted(set(failed))
 
 
@@ -254,8 +278,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--matmuls", type=int, default=MATMULS)
     ap.add_argument("--fresh-inputs", action="store_true", help="copy the batch to the device before every step")
     ap.add_argument("--windowed", action="store_true",
-                    help="also each of mosaic, pallas, xla with start_cols (an append position per request), "
+                    help="also each of mosaic, pallas, xla, plain with start_cols (an append position per request), "
                          "with the ratio over the unwindowed marginal cost")
+    ap.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
+                    help="wall (default), or process: this process's CPU time (CPU runs on a loaded machine)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--short", action="store_true", help=f"the CPU variant: cases {' '.join(SHORT_CASES)}, smaller matmuls, fewer steps")
     return ap
@@ -275,7 +301,7 @@ def run(args) -> int:
         [] if args.windowed else [PLAIN, DEFAULT])
     meta = {"python": platform.python_version(), "jax": jax.__version__, "device": jax.devices()[0].device_kind,
             "size": args.size, "matmuls": args.matmuls, "rounds": args.rounds, "steps": args.steps,
-            "fresh_inputs": args.fresh_inputs, "windowed": args.windowed}
+            "fresh_inputs": args.fresh_inputs, "windowed": args.windowed, "clock": args.clock}
     rows, failed = [], []
     for case in args.case or (SHORT_CASES if args.short else CASES):
         case_rows, case_failed = run_case(case, implementations, args)

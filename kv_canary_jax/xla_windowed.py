@@ -3,15 +3,23 @@
 Contract: ``scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols)`` takes int64 ``flat_in[N]``,
 ``offsets[bs+1]``, ``req_pool_indices[bs]``, ``start_cols[bs]`` and an int32 ``pool_out[R, C]`` whose checks have
 passed, and returns the pool with the requests' tokens written from their first columns, exactly as
-``shared_spec.reference`` says. One scatter per chunk of requests writes the pool (in place when the caller donates
-it); when ``bs``, ``N``, ``R`` or ``C`` is 0 the pool is returned as is. Unwindowed calls take ``xla.scatter``.
+``shared_spec.reference`` says. Scatters write the pool (in place when the caller donates it); when ``bs``, ``N``,
+``R`` or ``C`` is 0 the pool is returned as is. Unwindowed calls take ``xla.scatter``.
 
-One formulation, per cell, ``O(bs * min(C, N))`` cells, whatever the offsets (overlapping or decreasing segments
-included): each request covers ``longest_window(C, N)`` pool columns from the ``lo`` of its window
-(``windows.pool_window``: the spec's ``windowed_columns`` in pool columns), which hold all of its writes; cell ``lo +
-i`` is written where it is below ``hi`` and the row is in ``[0, R)``, from ``flat_in[base + lo + i]``. Requests are
-processed ``CELLS_PER_STEP // longest_window`` at a time (one step for small batches, a ``fori_loop`` otherwise) so
-the temporaries stay bounded whatever ``bs``.
+Per platform (``lax.platform_dependent``), both exact for any values (overlapping or decreasing segments included):
+
+- CUDA and ROCm GPUs (``_per_cell``): ``O(bs * min(C, N))`` cells, whatever the offsets: each request covers
+  ``longest_window(C, N)`` pool columns from the ``lo`` of its window (``windows.pool_window``: the spec's
+  ``windowed_columns`` in pool columns), which hold all of its writes; cell ``lo + i`` is written where it is below
+  ``hi`` and the row is in ``[0, R)``, from ``flat_in[base + lo + i]``. Requests are processed ``CELLS_PER_STEP //
+  longest_window`` at a time (one step for small batches, a ``fori_loop`` otherwise) so the temporaries stay bounded
+  whatever ``bs``.
+- CPU, TPU and any other platform: ``xla._enumeration`` on these windows (``xla._cells`` with ``start_cols``): the
+  per-request grid where it has at most 3/2 cells per token, else the pass over the tokens with its loop on the
+  device for windows out of order. ``xla``'s arguments hold for any windows with ``pool_window``'s bounds: a
+  request writes columns ``[lo, hi)`` reading ``flat_in[base + c]``, the token range ``[base + lo, base + hi)``
+  lies in ``[0, N]``, and ``hi - lo <= min(C, N)``; an append step's windows are in request order, so it takes
+  no loop body.
 
 Skipped cells are never written: their scatter index is the row ``R`` (past the pool; ``mode="drop"`` discards it),
 and their token index 0 (``take`` with ``mode="clip"`` on an ``N > 0`` array). Written cells have ``0 <= lo + i <
@@ -25,6 +33,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from kv_canary_jax import xla
 from kv_canary_jax.windows import pool_window
 from shared_spec.reference import longest_window
 
@@ -38,6 +47,17 @@ def scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols) -> jax.Arr
     (n_tokens,), (bs,), (n_rows, width) = flat_in.shape, req_pool_indices.shape, pool_out.shape
     if min(bs, n_tokens, n_rows, width) == 0:
         return pool_out
+    cells = xla._cells(offsets, req_pool_indices, n_rows, width, n_tokens, start_cols)
+    return lax.platform_dependent(flat_in, offsets, req_pool_indices, pool_out, start_cols, cells,
+                                  cuda=_per_cell, rocm=_per_cell, default=_token_pass_or_grid)
+
+
+def _token_pass_or_grid(flat_in, offsets, req_pool_indices, pool_out, start_cols, cells):
+    return xla._enumeration(flat_in, cells, pool_out)
+
+
+def _per_cell(flat_in, offsets, req_pool_indices, pool_out, start_cols, cells):
+    (n_tokens,), (bs,), (n_rows, width) = flat_in.shape, req_pool_indices.shape, pool_out.shape
     span = longest_window(width, n_tokens)
     bases, los, his = pool_window(offsets[:-1], offsets[1:], start_cols, width, n_tokens, jnp)
 

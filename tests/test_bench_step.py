@@ -78,12 +78,31 @@ def test_a_result_that_disagrees_with_the_reference_fails(monkeypatch, capsys):
 def test_windowed_each_implementation_also_with_start_cols_and_the_ratio(capsys):
     assert bench_step.main(["--impl", "xla", "--impl", "plain", "--case", "3x40r", "--windowed", *TINY]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
-    assert [(r["implementation"], r["windowed"]) for r in rows] == [("xla", False), ("plain", False), ("xla", True)]
-    unwindowed, _, windowed = (r["marginal_us"]["median"] for r in rows)
+    assert [(r["implementation"], r["windowed"]) for r in rows] == [
+        ("xla", False), ("plain", False), ("xla", True), ("plain", True)]
+    unwindowed, plain, windowed, plain_windowed = (r["marginal_us"]["median"] for r in rows)
     assert rows[2]["over_unwindowed"] == (windowed / unwindowed if unwindowed > 0 else None)
     assert rows[0]["over_unwindowed"] is None and rows[1]["over_unwindowed"] is None
+    # a windowed row is compared with the windowed plain formulation
+    assert rows[2]["vs_plain"] == (windowed / plain_windowed if plain_windowed > 0 else None)
+    assert rows[0]["vs_plain"] == (unwindowed / plain if plain > 0 else None)
     assert bench_step.main(["--impl", "xla", "--case", "3x40r", "--windowed", *TINY[:-1]]) == 0
     assert "| xla, start_cols |" in capsys.readouterr().out
+
+
+def test_the_plain_windowed_formulation_is_right_for_well_formed_windowed_batches():
+    import jax
+
+    from kv_canary.bench import make_inputs
+    from kv_canary.bench_incremental import append_columns
+    from shared_spec.reference import scatter_reference
+    from tests.contract import assert_same_pool
+
+    for bs, seq, ragged in ((3, 40, False), (5, 24, True)):
+        flat_in, offsets, rows, pool = make_inputs(bs, seq, ragged)
+        start_cols = append_columns(offsets, pool.shape[1])
+        out = jax.jit(bench_step.plain_windowed_scatter)(flat_in, offsets, rows, start_cols, pool)
+        assert_same_pool(np.asarray(out), scatter_reference(flat_in, offsets, rows, pool, start_cols))
 
 
 def test_windowed_alone_defaults_to_the_library_implementations(capsys):
@@ -116,3 +135,13 @@ def test_on_a_gpu_every_implementation_runs_and_the_default_is_the_gpu_kernel(ca
     assert out["default"] == default_gpu_kernel("cuda", False)
     expected = {i for i in bench_step.IMPLEMENTATIONS if i in available_implementations()} | {bench_step.PLAIN, bench_step.DEFAULT}
     assert {r["implementation"] for r in out["rows"]} == expected
+
+
+def test_process_clock_times_the_cpu_work_of_this_process(capsys):
+    assert bench_step.main(["--impl", "xla", "--impl", "plain", "--case", "3x40", "--clock", "process", *TINY]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["meta"]["clock"] == "process" and len(out["rows"]) == 2
+    calls = []
+    step = lambda: calls.append(1)  # noqa: E731
+    assert bench_step.median_step_us(step, 3, clock=iter([0.0, 1e-6, 2.0, 2.0 + 3e-6, 5.0, 5.0 + 2e-6]).__next__) == pytest.approx(2.0)
+    assert len(calls) == 3

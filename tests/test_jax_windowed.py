@@ -239,11 +239,63 @@ def test_host_start_cols_go_to_the_pools_device():
 
 
 def test_xla_windowed_steps_over_requests(monkeypatch):
-    from kv_canary_jax import xla_windowed
+    """The GPU formulation (run here directly), forced into many small steps."""
+    from kv_canary_jax import xla, xla_windowed
 
     monkeypatch.setattr(xla_windowed, "CELLS_PER_STEP", 16)  # a few requests a step: the fori_loop path
-    flat_in, offsets, rows, pool, cols = appends(13, bs=11, width=9)
-    out = xla_windowed.scatter(*[jnp.asarray(a) for a in (flat_in, offsets, rows, pool, cols)])
+    batch = flat_in, offsets, rows, pool, cols = [jnp.asarray(a) for a in appends(13, bs=11, width=9)]
+    cells = xla._cells(offsets, rows, *pool.shape, flat_in.shape[0], cols)
+    out = xla_windowed._per_cell(flat_in, offsets, rows, pool, cols, cells)
+    assert_same_pool(np.asarray(out), scatter_reference(*batch))
+
+
+@functools.cache
+def windowed_formulation(name):
+    """One of the CPU/TPU formulations of a windowed call, jitted: ``(flat_in, offsets, rows, pool, start_cols)``."""
+    from kv_canary_jax import xla, xla_windowed
+
+    def f(flat_in, offsets, rows, pool, start_cols):
+        if min(*flat_in.shape, *rows.shape, *pool.shape) == 0:  # what xla_windowed.scatter returns as is
+            return pool
+        cells = xla._cells(offsets, rows, *pool.shape, flat_in.shape[0], start_cols)
+        if name == "per_cell":
+            return xla_windowed._per_cell(flat_in, offsets, rows, pool, start_cols, cells)
+        return getattr(xla, name)(flat_in, cells, pool)
+
+    return jax.jit(f)
+
+
+FORMULATIONS = ["_token_pass", "_per_request", "per_cell"]
+
+
+@pytest.mark.parametrize("name", FORMULATIONS)
+def test_each_xla_formulation_on_random_and_extreme_windowed_batches(name):
+    """Whichever formulation a shape takes, on any platform: the token pass (its fix-up where windows overlap or go
+    out of order), the per-request grid, the GPU's per-cell steps."""
+    f = windowed_formulation(name)
+
+    @property_settings(12)
+    @given(batch=windowed_batches(max_rows=6, max_width=40, max_bs=6, max_tokens=80))
+    def random(batch):
+        assert_same_pool(np.asarray(f(*[jnp.asarray(a) for a in batch])), scatter_reference(*batch))
+
+    @property_settings(12)
+    @given(batch=extreme_windowed_batches(max_bs=4, width=5, n_tokens=8))
+    def extreme(batch):
+        assert_same_pool(np.asarray(f(*[jnp.asarray(a) for a in batch])), scatter_reference(*batch))
+
+    random()
+    extreme()
+
+
+def test_the_token_pass_fixes_up_windows_out_of_order():
+    """Decreasing and overlapping segments with first columns: the token pass writes nothing, its loop every cell."""
+    flat_in = np.arange(20, dtype=np.int64) + 100
+    offsets = np.array([10, 14, 2, 9, 12, 20], dtype=np.int64)  # request 1 reads back, request 3 overlaps request 2
+    rows = np.array([0, 1, 2, 0, 3], dtype=np.int64)
+    cols = np.array([3, 0, 5, -2, 1], dtype=np.int64)
+    pool = sentinel_pool(4, 12, 9)
+    out = windowed_formulation("_token_pass")(*[jnp.asarray(a) for a in (flat_in, offsets, rows, pool, cols)])
     assert_same_pool(np.asarray(out), scatter_reference(flat_in, offsets, rows, pool, cols))
 
 

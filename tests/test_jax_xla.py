@@ -42,8 +42,8 @@ def direct(formulation):
 
 def formulations():
     """Each formulation jitted, and the platform-chosen whole."""
-    return {"enumeration": jax.jit(direct(xla._enumeration)), "per_request": jax.jit(direct(xla._per_request)),
-            "scatter": jax.jit(xla.scatter)}
+    return {"enumeration": jax.jit(direct(xla._enumeration)), "token_pass": jax.jit(direct(xla._token_pass)),
+            "per_request": jax.jit(direct(xla._per_request)), "scatter": jax.jit(xla.scatter)}
 
 
 FORMULATIONS = formulations()
@@ -162,6 +162,19 @@ def test_checkify_of_vmap_over_batches_whose_windows_overlap():
         assert_same_pool(np.asarray(out[i]), scatter_reference(flat[i], offsets[i], rows[i], pools[i]))
 
 
+def test_token_pass_with_int64_indices(monkeypatch):
+    """The token pass's int64 path (rows and shifts summed apart: pools or batches past int32), forced here."""
+    monkeypatch.setattr(xla, "INDEX32_BOUND", 0)
+    f = jax.jit(direct(xla._token_pass))
+
+    @property_settings(20)
+    @given(batch=malformed_batches())
+    def check(batch):
+        assert_same_pool(np.asarray(f(*batch)), scatter_reference(*batch))
+
+    check()
+
+
 def test_windows_in_order_with_gaps_between_them():
     """Windows disjoint and in order, but a window ends before the next begins, inside the pool's width."""
     flat_in = np.arange(7, dtype=np.int64) + 100
@@ -230,11 +243,16 @@ def test_lowering_has_no_conditional_and_no_host_transfer(platform, bs, n_tokens
 
 
 @pytest.mark.parametrize("bs,n_tokens,shape", SHAPES)
-def test_enumeration_lowered_for_tpu_loops_only_where_cells_may_pass_n(bs, n_tokens, shape):
-    """The enumeration (TPU, CPU): one scatter, and a while loop (on the device) only where ``bs * min(C, N) > N``."""
+def test_enumeration_lowered_for_tpu_loops_only_where_it_takes_the_token_pass(bs, n_tokens, shape):
+    """TPU, CPU: the per-request grid (no loop) where it has at most 3/2 cells per token, else the token pass (a
+    while loop on the device for windows out of order); one scatter outside any loop either way."""
     text = lowered("tpu", bs, n_tokens, shape, direct(xla._enumeration))
     assert not value_conditionals(text) and not HOST.search(text)
-    assert text.count("stablehlo.while") == (bs * min(shape[1], n_tokens) > n_tokens)
+    token_pass = xla.PER_TOKENS * bs * min(shape[1], n_tokens) > xla.GRID_CELLS * n_tokens
+    assert text.count("stablehlo.while") == token_pass
+    assert token_pass == ((bs, n_tokens) == (64, 512))  # the short batch in wide rows
+    text = lowered("tpu", bs, n_tokens, shape, direct(xla._token_pass))
+    assert not value_conditionals(text) and not HOST.search(text) and text.count("stablehlo.while") == 1
 
 
 @pytest.mark.parametrize("bs,n_tokens,shape", SHAPES)
@@ -270,3 +288,17 @@ def test_compiled_for_the_cpu_has_no_conditional():
                           env=dict(env, JAX_ENABLE_X64="1", JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT)), cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True", "True"]
+
+
+@pytest.mark.parametrize("platform", ["tpu", "cuda", "cpu"])
+@pytest.mark.parametrize("bs,n_tokens,shape", SHAPES)
+def test_windowed_lowering_has_no_conditional_and_no_host_transfer(platform, bs, n_tokens, shape):
+    """``xla_windowed`` on each platform: the GPU's per-cell steps, elsewhere this module's formulations on its windows."""
+    from kv_canary_jax import xla_windowed
+
+    args = [jax.ShapeDtypeStruct(s, t) for s, t in (((n_tokens,), jnp.int64), ((bs + 1,), jnp.int64),
+                                                     ((bs,), jnp.int64), (shape, jnp.int32), ((bs,), jnp.int64))]
+    text = jax.jit(xla_windowed.scatter, donate_argnums=3).trace(*args).lower(lowering_platforms=(platform,)).as_text()
+    assert not value_conditionals(text) and not HOST.search(text)
+    token_pass = xla.PER_TOKENS * bs * min(shape[1], n_tokens) > xla.GRID_CELLS * n_tokens
+    assert text.count("stablehlo.while") == (platform != "cuda" and token_pass)
