@@ -177,6 +177,14 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
 }
 int cuCtxGetCurrent(void **c) { *c = context ? (void *)16 : (void *)0; return 0; }
 int cuGetErrorName(int r, const char **name) { *name = "CUDA_ERROR_FAKE"; return 0; }
+int copies = 0, copy_result = 0;
+uint64_t copy_dst, copy_bytes;
+const void *copy_src;
+void *copy_stream;
+int cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, void *s) {
+    copy_dst = dst; copy_src = src; copy_bytes = n; copy_stream = s; ++copies;
+    return copy_result;
+}
 """
 
 
@@ -578,3 +586,28 @@ def test_without_a_driver_nothing_is_launched_and_a_library_that_is_none_is_refu
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[-1] == "declined" and len([line for line in lines if line.startswith("refused:")]) == 2, lines
+
+
+def test_copy_to_device_enqueues_the_drivers_copy_or_declines(call_path, driver):
+    c, _ = call_path
+    driver.copy_result = 0
+    before = driver.copies
+    assert c.copy_to_device(0x10000, 0x2000, 64, STREAM) is True
+    library = driver.library
+    assert driver.copies == before + 1
+    assert ctypes.c_uint64.in_dll(library, "copy_dst").value == 0x10000
+    assert ctypes.c_void_p.in_dll(library, "copy_src").value == 0x2000
+    assert ctypes.c_uint64.in_dll(library, "copy_bytes").value == 64
+    assert ctypes.c_void_p.in_dll(library, "copy_stream").value == STREAM
+    assert c.copy_to_device(0x10000, 0x2000, 0, STREAM) is True and driver.copies == before + 1  # nothing to copy
+    driver.context = 0  # no CUDA context on this thread: declined, nothing enqueued (torch copies)
+    assert c.copy_to_device(0x10000, 0x2000, 64, STREAM) is False and driver.copies == before + 1
+    driver.context = 1
+    driver.copy_result = 1
+    with pytest.raises(RuntimeError, match="cuMemcpyHtoDAsync failed: CUDA_ERROR_FAKE"):
+        c.copy_to_device(0x10000, 0x2000, 64, STREAM)
+    driver.copy_result = 0
+    with pytest.raises(ValueError, match="nbytes"):
+        c.copy_to_device(0x10000, 0x2000, -1, STREAM)
+    with pytest.raises(TypeError):
+        c.copy_to_device(0x10000, 0x2000, 64)
