@@ -3,30 +3,32 @@
 Import this module only when a Triton launch is about to happen (``TRITON_INTERPRET`` is read when ``@triton.jit``
 runs, as for ``triton_kernel``, whose window math this kernel reuses).
 
-Grid ``(cdiv(bs, GROUP), SPLIT)``; program ``(g, s)`` serves the requests ``g * GROUP + [0, GROUP)``, and stops after
-their two loads where ``s * BLOCK`` is past a bound on their cells (``C - clip(start, 0, C)`` each, ``min``-ed with a
-positive length, 0 for a zero one)::
+Grid ``(cdiv(bs, GROUP), SPLIT)``; program ``(g, s)`` serves the requests ``q = g * GROUP + [0, GROUP)`` as the rows
+of a ``[GROUP, BLOCK]`` block, one request a row, ``BLOCK`` of its columns a row, and takes every ``SPLIT``-th
+chunk of ``BLOCK`` columns from chunk ``s``. It stops after two loads where ``s * BLOCK`` is past a bound on the
+longest window of the group (``C - clip(start, 0, C)`` each, ``min``-ed with a positive length, 0 for a zero
+one)::
 
     pt0   = sum of end - start over the requests before the group      -- a loop of PREFIX-wide blocks
     len   = end - start of the group's requests (int64, widened from int32; 0 past bs)
     pt    = pt0 + cumsum(len) - len                                    -- tl.cumsum within the group
-    base, lo, hi, shift = the windowed scatter's window of each request (triton_kernel.clipped_window over
-          offsets [pt, pt + len), start_cols = start; hi = 0 for a row outside the table)
-    cnt   = max(hi - lo, 0); its cumsum over the group numbers the group's cells 0 .. total - 1
-    for the blocks of BLOCK cells s, s + SPLIT, ...:
-        cell k belongs to the request q with first_q <= k < first_q + cnt_q, column j = lo_q + k - first_q:
+    base, lo, hi, shift = the windowed scatter's window of each request (vector_window over offsets
+          [pt, pt + len), start_cols = start; hi = lo for a row outside the table)
+    for the chunks c = s, s + SPLIT, ... while c * BLOCK < max(hi - lo):
+        j = lo_q + c * BLOCK + [0, BLOCK), where j < hi_q:
         req_to_token[row_q, shift_q + j] = int32(out_cache_loc[base_q + j])
 
-Every launch constant is fixed (``GROUP``, ``PREFIX``, ``BLOCK``); ``bs``, the table's shape, ``len(out_cache_loc)``
-and the strides are runtime arguments, never specialized, so a launch compiles nothing new for a new batch size
-or table (one variant per combination of the four index dtypes, and of Triton's int32/int64 choice for an int
-argument past 2**31). The prefix costs ``cdiv(g * GROUP, PREFIX)`` iterations of fixed width in program ``g``: one for
-the first ``PREFIX / GROUP`` groups (``bs <= 1024``), ``O(bs^2 / GROUP)`` loads over the grid past that (run only by
-programs with cells to write), where sglang's kernel loads a ``next_power_of_2(bs)``-wide block in each of ``bs``
-programs (``O(bs^2)``) and compiles one kernel per ``bs`` bucket.
-The copy packs the group's cells densely: a decode step's 16 one-token requests are one block, a long request's
-cells are spread over the ``SPLIT`` programs of its group. Loads and stores are masked; ``out_cache_loc`` is read
-only inside ``[0, N)``, the table only written inside ``[0, R) x [0, C)``.
+No cell needs a search for its request (each row of the block is one request), so a decode step's group of
+``GROUP`` one-token requests is one chunk of one program, and a long request's chunks spread over the ``SPLIT``
+programs of its group. Every launch constant is fixed (``GROUP``, ``PREFIX``, ``BLOCK``); ``bs``, the table's
+shape, ``len(out_cache_loc)``, the strides and the pointers are never specialized, so a launch compiles nothing new
+for a new batch size, table or alignment (one variant per combination of the four index dtypes, and of Triton's
+int32/int64 choice for an int argument past 2**31). The prefix costs ``cdiv(g * GROUP, PREFIX)`` iterations of fixed
+width in program ``g``: one for the groups of the first ``PREFIX`` requests, ``O(bs^2 / GROUP)`` loads over the
+grid past that (run only by programs with columns to write), where sglang's kernel loads a
+``next_power_of_2(bs)``-wide block in each of ``bs`` programs (``O(bs^2)``) and compiles one kernel per ``bs``
+bucket. Loads and stores are masked; ``out_cache_loc`` is read only inside ``[0, N)``, the table only written
+inside ``[0, R) x [0, C)``.
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ import triton.language as tl
 
 from kv_canary_torch.triton_kernel import INT64_MAX, clipped_window
 
-GROUP = 16  # requests a program
+GROUP = 16  # requests a program: the rows of its block
 PREFIX = 1024  # lengths a prefix-loop iteration sums
-BLOCK = 128  # cells a copy iteration writes
+BLOCK = 32  # columns of a request a chunk writes
 # Programs per group: enough to fill the GPU when the groups are few, at most MAX_SPLIT (grid axis 1 <= 65535).
 TARGET_PROGRAMS = 1024
 MAX_SPLIT = 64
@@ -62,13 +64,8 @@ def vector_window(start, end, first_col, width, n_tokens):
     return base, tl.where(past, 0, lo), tl.where(past, 0, hi), shift
 
 
-@triton.jit
-def pick(onehot, values):
-    """Per cell, its request's entry of ``values`` (``onehot`` [cells, GROUP]: one True per row, or none: 0)."""
-    return tl.sum(tl.where(onehot, values[None, :], 0), axis=1)
-
-
 @triton.jit(do_not_specialize=[
+    "rows_ptr", "table_ptr", "start_ptr", "end_ptr", "loc_ptr",
     "bs", "n_tokens", "n_rows", "width", "rows_stride", "start_stride", "end_stride", "loc_stride", "stride_row",
     "stride_col",
 ])
@@ -90,14 +87,14 @@ def assign_kernel(
     start = tl.load(start_ptr + r * start_stride, mask=mine, other=0).to(tl.int64)
     end = tl.load(end_ptr + r * end_stride, mask=mine, other=0).to(tl.int64)
     length = end - start
-    # A bound on the group's cells without the running sum: a request writes at most C - shift cells, none where its
-    # length is 0, at most its length where that is positive; a negative length may still write (the wrapped running
-    # sum can make its successor's segment [-1, 2**63 - 1]), so it gets C - shift. A program with no block under the
-    # bound stops here, before the prefix loop (a decode step's groups have one block, the group's other programs none).
+    # A bound on the group's longest window without the running sum: a request writes at most C - shift columns,
+    # none where its length is 0, at most its length where that is positive; a negative length may still write (the
+    # wrapped running sum can make its successor's segment [-1, 2**63 - 1]), so it gets C - shift. A program with no
+    # chunk under the bound stops here, before the prefix loop (a decode step's groups have one chunk).
     room = width - tl.minimum(tl.maximum(start, 0), width)
-    at_most = tl.sum(tl.where(length > 0, tl.minimum(length, room), tl.where(length == 0, 0, room)), axis=0)
-    k0 = split * BLOCK
-    if k0 < at_most:
+    at_most = tl.max(tl.where(length > 0, tl.minimum(length, room), tl.where(length == 0, 0, room)), axis=0)
+    c0 = split * BLOCK
+    if c0 < at_most:
         # The running sum before the group: fixed-width blocks of lengths, wrapping int64 as sglang's sum.
         pt0 = tl.zeros((), tl.int64)
         b = first_request - first_request
@@ -111,22 +108,19 @@ def assign_kernel(
         row = tl.load(rows_ptr + r * rows_stride, mask=mine, other=-1).to(tl.int64)
         pt = pt0 + tl.cumsum(length, axis=0) - length  # the windowed scatter's offsets[r]
         base, lo, hi, shift = vector_window(pt, pt + length, start, width, n_tokens)
-        hi = tl.where(mine & (row >= 0) & (row < n_rows), hi, 0)
-        count = tl.maximum(hi - lo, 0)
-        ends = tl.cumsum(count, axis=0)  # cells of the group's requests up to and including each
-        firsts = ends - count
-        total = tl.sum(count, axis=0)
-        # Cell k of request q reads out_cache_loc[base_q + lo_q + k - first_q] and writes the table's element offset
-        # row_q * stride_row + (shift_q + lo_q + k - first_q) * stride_col: two per-request constants plus k (all small).
-        token_at = base + lo - firsts
-        cell_at = tl.where(hi > 0, row, 0) * stride_row + (shift + lo - firsts) * stride_col
-        while k0 < total:
-            k = k0 + tl.arange(0, BLOCK)
-            owner = (firsts[None, :] <= k[:, None]) & (k[:, None] < ends[None, :])  # [cells, GROUP]: one True per cell < total
-            valid = k < total
-            ids = tl.load(loc_ptr + (pick(owner, token_at) + k) * loc_stride, mask=valid)
-            tl.store(table_ptr + pick(owner, cell_at) + k * stride_col, ids.to(tl.int32), mask=valid)
-            k0 += tl.num_programs(1) * BLOCK
+        hi = tl.where(mine & (row >= 0) & (row < n_rows), hi, lo)
+        longest = tl.max(hi - lo, axis=0)  # hi >= lo (written_columns)
+        # Request q's column j reads out_cache_loc[base_q + j] and writes the table's element offset
+        # row_q * stride_row + (shift_q + j) * stride_col.
+        token_at = (base + lo)[:, None]
+        cell_at = (tl.where(mine & (row >= 0) & (row < n_rows), row, 0) * stride_row + (shift + lo) * stride_col)[:, None]
+        width_q = (hi - lo)[:, None]
+        while c0 < longest:
+            j = c0 + tl.arange(0, BLOCK)[None, :]  # [1, BLOCK]: columns past each request's lo
+            m = j < width_q
+            ids = tl.load(loc_ptr + (token_at + j) * loc_stride, mask=m)
+            tl.store(table_ptr + cell_at + j * stride_col, ids.to(tl.int32), mask=m)
+            c0 += tl.num_programs(1) * BLOCK
 
 
 def launch(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size: int) -> None:

@@ -89,6 +89,19 @@ def test_prefix_sum_across_many_groups():
     np.testing.assert_array_equal(run(batch, "triton"), assignment.assignment_reference(*batch))
 
 
+def test_windows_longer_than_a_lap_of_the_split_programs():
+    """Windows past SPLIT * BLOCK columns: each program of a group takes several chunks, every SPLIT-th."""
+    from kv_canary_torch import assign_kernel
+
+    lap = assign_kernel.split_for(1) * assign_kernel.BLOCK
+    width = 2 * lap + 37
+    start = np.array([0, 5, lap - 3], np.int64)
+    end = np.array([width, 2 * lap + 1, width + 9], np.int64)  # the last runs past the table: clipped
+    lengths = end - start
+    batch = (np.array([2, 0, 1]), sentinel_pool(3, width), start, end, np.arange(10, 10 + int(lengths.sum())), 3)
+    np.testing.assert_array_equal(run(batch, "triton"), assignment.assignment_reference(*batch))
+
+
 @pytest.mark.parametrize("backend", ["triton", "torch", "pallas"])
 def test_conformance_cases(backend):
     runner = TorchRunner(backend)
