@@ -18,7 +18,7 @@ pytest.importorskip("jax")
 
 from kv_canary import bench  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CASES = [(1, 128, False, False), (2, 64, True, True)]
 
 

@@ -23,7 +23,7 @@ import pytest
 
 from kv_canary_torch.launch import build as build_command, native, tensor_meta
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # A child process: build the pieces named by argv[1] ("c": the C module; "call path": both, through
 # dispatch._load_call_path, twice) and print what it ended with.

@@ -22,7 +22,7 @@ import torch
 from kv_canary.platform import cuda_available
 from kv_canary_torch.launch import native, plan as launch_plan, tensor_meta
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")
