@@ -37,7 +37,7 @@ is reported, left out of that case's timing, and the exit status is 1.
 ``--check-only`` runs all of it on tiny cases with a wall clock in place of
 ``do_bench``: on a CPU through Triton's interpreter, to catch mistakes before
 GPU time is spent. The variants' correctness on adversarial inputs is
-tests/test_tune_triton_variants.py.
+tests/benchmarks/test_tune_triton_variants.py.
 
 Variants (all compute the library kernel's cells -- ``request_window`` gives
 ``(row_ok, row, base, lo, hi)`` and a request writes exactly ``pool[row, j] =

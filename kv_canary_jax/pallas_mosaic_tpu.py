@@ -83,7 +83,7 @@ Unverified on hardware (no TPU here): Mosaic's DMA lowering may require
 minor-dimension DMA windows aligned to the (8, 128) tiling of 32-bit HBM
 arrays, and these windows start at any column and have any power-of-two
 width; a step may also have more DMAs in flight than a DMA queue holds.
-``tests/test_jax_mosaic_tpu.py`` lowers the kernel for TPU (Pallas's lowering
+``tests/jax/test_jax_mosaic_tpu.py`` lowers the kernel for TPU (Pallas's lowering
 to Mosaic, no TPU needed), but Mosaic's own passes run only on a TPU host,
 where the first ``kv-canary check`` tells (docs/performance-notes.md: the
 risks and what to do).

@@ -48,7 +48,7 @@ Two formulations, chosen per platform when lowering (``lax.platform_dependent``)
   The predicate stays on the device: on a CPU the host is the device; on a TPU
   XLA runs a while loop in the TPU program itself (its scalar core reads the
   predicate from device memory), so no value crosses to the host either way
-  (``tests/test_jax_xla.py`` reads the TPU lowering: no conditional, no host
+  (``tests/jax/test_jax_xla.py`` reads the TPU lowering: no conditional, no host
   transfer). Under ``jax.vmap`` one loop serves the batch, while any example
   has cells left (``checkify`` refuses a loop on a batched predicate, which
   JAX's own batching of the loop would give). ``xla_windowed`` takes this

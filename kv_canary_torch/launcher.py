@@ -44,7 +44,7 @@ shapes) one graph raises each call's own message. What ``fullgraph=True``
 does not support: numpy and JAX arguments (Dynamo cannot trace them; without
 ``fullgraph`` it breaks the graph there and the call runs eagerly), and
 sparse tensors (Dynamo refuses them as graph inputs)
-(``tests/test_torch_compile_support.py`` has a test per statement).
+(``tests/torch/test_torch_compile_support.py`` has a test per statement).
 """
 
 from __future__ import annotations

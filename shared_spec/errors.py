@@ -24,7 +24,7 @@ class KvCanaryValueError(ValueError):
 
 
 # A framework that is not installed, and what installs it: pyproject.toml's extras
-# (tests/test_packaging.py holds these names to it). The tools print the hint
+# (tests/tools/test_packaging.py holds these names to it). The tools print the hint
 # once, however many frameworks are missing.
 NOT_INSTALLED = "{modules} {verb} not installed"
 INSTALL_HINT = (

@@ -31,7 +31,7 @@ from shared_spec import errors, scatter_reference
 from shared_spec.arguments import ARGUMENT_NAMES
 from tests.strategies import sentinel_pool
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # Three requests over a 4 x 5 pool; request 1 is truncated at the pool width.
 FLAT_IN = np.arange(100, 112, dtype=np.int64)

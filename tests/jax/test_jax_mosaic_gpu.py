@@ -1,6 +1,6 @@
 """The real Mosaic GPU kernel (``implementation="mosaic"``) on a Hopper-or-newer CUDA GPU.
 
-Run on the GPU machine: ``pytest -m gpu tests/test_jax_mosaic_gpu.py``.
+Run on the GPU machine: ``pytest -m gpu tests/jax/test_jax_mosaic_gpu.py``.
 Skipped without a GPU of compute capability 9.0 or newer that JAX sees (or
 without Mosaic GPU). Pools are sentinel-filled, never zeros. The compiled
 kernel is the ``pl.kernel`` launch (``pallas_mosaic_gpu``'s "Launch").
@@ -97,7 +97,7 @@ def test_random_batches_wider_than_a_tile():
     run()
 
 
-# tests/test_jax_gpu.py::test_large_batches runs (20_000, 9), (3000, 1025) and
+# tests/jax/test_jax_gpu.py::test_large_batches runs (20_000, 9), (3000, 1025) and
 # (70_000, 3) on every implementation, this one included.
 @pytest.mark.parametrize("bs,width", [(64, 5 * 2048 - 3), (4096, 1), (256, 8193), (2, 200_000)])
 def test_large_batches(bs, width):
@@ -163,7 +163,7 @@ def test_donation_writes_in_place():
 
 
 # A pool far wider than the batch, a donated serving loop, vmap over pools, a pool
-# past 4 GiB and checkify with the real kernel: tests/test_jax_gpu.py runs those on
+# past 4 GiB and checkify with the real kernel: tests/jax/test_jax_gpu.py runs those on
 # every implementation, this one included.
 
 

@@ -1,4 +1,4 @@
-"""Kinds of arrays and options the spec's checks once let through: each now gets the spec's answer.
+"""Kinds of arrays and options beyond plain strided arrays and names: each is written as the reference writes it or refused by name.
 
 Beside ``test_hostile_inputs.py``, with the same promise: every call returns
 the reference's pool or raises the spec's exception, the two frontends raise
@@ -32,7 +32,7 @@ from kv_canary_arrays.describe import torch_backed
 from shared_spec import errors, scatter_reference
 from shared_spec.arguments import ARGUMENT_NAMES
 from tests.strategies import sentinel_pool
-from tests.test_hostile_inputs import FLAT_IN, OFFSETS, ROOT, ROWS
+from tests.spec.test_hostile_inputs import FLAT_IN, OFFSETS, ROOT, ROWS
 from tests.torch_support import device_for
 
 P = errors.PREFIX

@@ -23,7 +23,7 @@ import pytest
 from kv_canary_torch.launch import build as build_command, native
 from tests.torch_support import shared_native_cache
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # A child process: build the piece ("c": native.build(); "call path": through native.module() and
 # dispatch._load_call_path, twice) and print what it ended with.

@@ -28,7 +28,7 @@ import tomllib
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 README_PATH = ROOT / "README.md"
 README = README_PATH.read_text()
 PAGES = [README_PATH, *sorted((ROOT / "docs").glob("*.md"))]

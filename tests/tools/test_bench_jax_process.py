@@ -1,4 +1,4 @@
-"""``kv-canary bench`` measures JAX in a child process that never imports torch (``bench.jax_in_own_process``).
+"""``kv-canary bench`` measures JAX in a child process that never imports torch (``bench_jax.jax_in_own_process``, importable from ``kv_canary.bench``).
 
 On a CPU the child times XLA alone (the Pallas kernels need a GPU), which is
 enough to check the plumbing: the cases go in, every case's figures come back
@@ -18,7 +18,7 @@ pytest.importorskip("jax")
 
 from kv_canary import bench  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CASES = [(1, 128, False, False), (2, 64, True, True)]
 
 
@@ -33,7 +33,7 @@ def test_the_child_never_imports_torch():
     script = (
         "import runpy, sys\n"
         f"sys.argv = ['bench', {bench.JAX_CHILD!r}, {json.dumps([list(CASES[0])])!r}]\n"
-        "runpy.run_module('kv_canary.bench', run_name='__main__')\n"
+        "runpy.run_module('kv_canary.bench_jax', run_name='__main__')\n"
         "assert 'torch' not in sys.modules, 'the JAX child imported torch'\n"
     )
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))

@@ -16,7 +16,7 @@ import pytest
 
 from kv_canary import bench_markdown, cli
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SAVED = json.loads((ROOT / "docs" / "performance.json").read_text())
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -23,7 +23,7 @@ from kv_canary import cli
 from kv_canary.platform import cuda_available
 from shared_spec import errors
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 # One value case, one error case, and a case the JAX frontend (not in place) always skips.
 FEW_CASES = ["--case", "one_request", "--case", "flat_in_int32", "--case", "pool_rows_share_memory"]
 IN_PLACE_ONLY = "the case is for frontends that write in place"

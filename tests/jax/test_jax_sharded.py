@@ -164,13 +164,23 @@ def shard_pointers(array) -> dict:
 
 # The block arithmetic (rows shifted by the block's first row, rows another
 # device owns skipped) is the sharded wrapper's, the same for every
-# implementation: XLA runs every case on every device count, the interpreted
-# Pallas kernel (a compile per case and mesh) every case on four devices.
+# implementation: XLA on four devices runs every case; XLA on two and the
+# interpreted Pallas kernel (a compile per case and mesh) on four run every
+# DEFAULT_EVERY-th case by default and every case in the slow sweep (-m slow).
 CONFORMANCE_WAYS = [(4, "xla", False), (2, "xla", False), (4, "pallas", True)]
+CONFORMANCE_IDS = ["4-xla", "2-xla", "4-pallas-interpret"]
+DEFAULT_EVERY = 3
 
 
-@pytest.mark.parametrize("n,implementation,interpret", CONFORMANCE_WAYS, ids=["4-xla", "2-xla", "4-pallas-interpret"])
-@pytest.mark.parametrize("case", POOL_CASES, ids=[c.name for c in POOL_CASES])
+def conformance_params():
+    """``(case, n, implementation, interpret)`` for every case and way; marked slow where the default run leaves it out."""
+    for way, way_id in zip(CONFORMANCE_WAYS, CONFORMANCE_IDS):
+        for i, case in enumerate(POOL_CASES):
+            slow = way_id != "4-xla" and i % DEFAULT_EVERY
+            yield pytest.param(case, *way, id=f"{case.name}-{way_id}", marks=[pytest.mark.slow] if slow else [])
+
+
+@pytest.mark.parametrize("case,n,implementation,interpret", list(conformance_params()))
 def test_conformance_case_matches_single_device(case, n, implementation, interpret):
     batch = [case.args[name].numpy() for name in ARGUMENT_NAMES]
     if isinstance(case.args.get(START_COLS.name), ArrayData):

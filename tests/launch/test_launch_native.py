@@ -26,7 +26,7 @@ from kv_canary.platform import cuda_available
 from kv_canary_torch.launch import native, plan as launch_plan
 from tests.torch_support import native_module, shared_native_cache
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")

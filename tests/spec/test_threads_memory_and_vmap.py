@@ -1,4 +1,4 @@
-"""Situations, not arguments, that once escaped the spec: threads, unbounded memory, vmap of the checked mode.
+"""Situations, not arguments, in which the spec still holds: threads, bounded memory, vmap of the checked mode.
 
 Beside ``test_hostile_inputs.py``: every call returns the reference's pool or
 raises the spec's exception, whoever calls it, however often, from however
@@ -26,7 +26,7 @@ from kv_canary_torch import launch_scatter_req_token_ids_kernel, torch_backend
 from shared_spec import errors, scatter_reference
 from tests.profiles import property_settings
 from tests.strategies import batches, sentinel_pool
-from tests.test_hostile_inputs import ROOT
+from tests.spec.test_hostile_inputs import ROOT
 
 # -- 1. threads: Triton's interpreter keeps its launch state in module globals -------------------
 

@@ -95,9 +95,10 @@ def malformed_batches(draw):
     return flat_in, offsets, rows, sentinel_pool(n_rows, width, draw(st.integers(0, 2**16)))
 
 
+@pytest.mark.parametrize("examples", [10, pytest.param(40, marks=pytest.mark.slow)])  # each example compiles anew
 @pytest.mark.parametrize("name", FORMULATIONS)
-def test_malformed_batches_are_written_as_the_spec_says(name):
-    @property_settings(40)
+def test_malformed_batches_are_written_as_the_spec_says(name, examples):
+    @property_settings(examples)
     @given(batch=malformed_batches())
     def check(batch):
         got = np.asarray(FORMULATIONS[name](*batch))

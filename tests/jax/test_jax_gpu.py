@@ -1,6 +1,6 @@
 """The real Pallas kernel (and the XLA path) on a CUDA GPU: results, donation, large shapes.
 
-Run on the GPU machine: ``pytest -m gpu tests/test_jax_gpu.py``. Skipped
+Run on the GPU machine: ``pytest -m gpu tests/jax/test_jax_gpu.py``. Skipped
 without a GPU that JAX sees. Pools are sentinel-filled, never zeros.
 """
 

@@ -27,7 +27,7 @@ from tests.profiles import property_settings
 from tests.strategies import large_batch, tile_batches
 from tests.torch_support import device_for
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEVICE = device_for("triton")
 
 

@@ -105,11 +105,13 @@ def test_when_the_tiled_kernel_runs(flat_stride, stride_col, bs, n_tokens, width
     assert plan.tiled is expected
 
 
-def test_every_window_length_at_every_row_alignment(small_tiles):
+@pytest.mark.parametrize("tiles", [1, pytest.param(3, marks=pytest.mark.slow)])
+def test_every_window_length_at_every_row_alignment(small_tiles, tiles):
     # Request i writes row i, i % (width + 2) tokens long (up to one past the width: truncated). The width is
-    # coprime to BLOCK and to width + 2, so the 880 requests meet every (row start within a tile, length) pair:
-    # windows ending one cell before, on and one after a tile boundary, in every tile position.
-    width = 3 * BLOCK + 5
+    # coprime to BLOCK and to width + 2, so the BLOCK * (width + 2) requests (368 by default; 880 in the slow
+    # sweep, rows 3 tiles wide and more) meet every (row start within a tile, length) pair: windows ending one cell
+    # before, on and one after a tile boundary, in every tile position of a row.
+    width = tiles * BLOCK + 5
     bs = BLOCK * (width + 2)
     lengths = np.arange(bs) % (width + 2)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)

@@ -1,9 +1,9 @@
 """What ``torch.compile(fullgraph=True)`` supports around the launcher, one test per statement.
 
 1. torch.Tensor arguments, valid or not: a valid call traces into one graph
-   (tests/test_torch_op.py); every argument, backend and check_values error
+   (tests/torch/test_torch_op.py); every argument, backend and check_values error
    reaches the caller as the spec's exception itself, raised when the graph
-   runs, before anything is written (tests/test_hostile_inputs.py), also when
+   runs, before anything is written (tests/spec/test_hostile_inputs.py), also when
    no argument is a tensor a graph could take as a mutated operand (no
    contiguous tensor, an overlapping pool, meta tensors), and under Inductor.
 2. The storage check holds under compile: nested and meta tensors, and
@@ -16,7 +16,7 @@
 4. dynamic=True traces every valid pool layout (transposed, as_strided views
    whose strides interleave); a message holding a size is formatted when the
    graph runs, under dynamic=True and under the default dynamic=None after a
-   recompile with automatic dynamic shapes (tests/test_hostile_inputs.py:
+   recompile with automatic dynamic shapes (tests/spec/test_hostile_inputs.py:
    every argument error, and one graph giving each call its own sizes).
 5. numpy and JAX arguments are not supported with fullgraph=True (Dynamo
    cannot trace numpy's array attributes nor JAX arrays at all: its
@@ -39,7 +39,7 @@ import torch
 
 from kv_canary_torch import launch_scatter_req_token_ids_kernel
 from shared_spec import errors, scatter_reference
-from tests.test_hostile_inputs import FLAT_IN, OFFSETS, ROWS
+from tests.spec.test_hostile_inputs import FLAT_IN, OFFSETS, ROWS
 from tests.strategies import sentinel_pool
 from tests.torch_support import device_for
 

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGES = ("shared_spec", "kv_canary_arrays", "kv_canary_torch", "kv_canary_jax", "kv_canary")
 FRAMEWORKS = ("torch", "jax", "jaxlib", "triton")
 TORCH_TO_JAX = "kv_canary_torch.pallas_backend"

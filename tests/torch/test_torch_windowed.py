@@ -111,7 +111,7 @@ def test_strided_layouts(backend):
 
 @pytest.fixture
 def small_tiles(monkeypatch):
-    """Every contiguous batch launches the tiled kernel with 16-column tiles (as tests/test_torch_triton_tiled.py)."""
+    """Every contiguous batch launches the tiled kernel with 16-column tiles (as tests/torch/test_torch_triton_tiled.py)."""
     yield from tiled_everywhere(monkeypatch, 16)
 
 
