@@ -11,7 +11,7 @@ import torch
 from kv_canary import bench_assign
 from kv_canary.bench_assign import TINY
 from kv_canary.platform import cuda_available
-from tests.test_bench_incremental import fake_timers
+from tests.tools.test_bench_incremental import fake_timers
 
 pytestmark = pytest.mark.skipif(cuda_available(), reason="Triton's interpreter is on only without CUDA")
 

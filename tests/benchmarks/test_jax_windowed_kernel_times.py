@@ -10,7 +10,7 @@ from pathlib import Path
 import jax
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("jax_windowed_kernel_times", ROOT / "benchmarks" / "jax_windowed_kernel_times.py")
 times = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(times)
