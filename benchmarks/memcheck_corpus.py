@@ -44,7 +44,8 @@ the torch path runs it), and an expanded ``flat_in`` of ``2**63 - 1`` tokens
 read from column -3; each must be refused with the storage check's error and
 launch nothing, or write exactly what the reference writes.
 
-Kernels: ``torch/triton`` (the torch launcher, ``backend="triton"``),
+Kernels: ``torch/triton`` (the torch launcher, ``backend="triton"``), ``torch/assign``
+(``assign_req_to_token_pool_func`` with ``backend="triton"`` on each launch as an assignment, ``assignment_of``),
 ``jax/pallas`` and ``jax/mosaic`` (``scatter_req_token_ids``); on a machine
 without a CUDA GPU, ``torch/triton`` runs in Triton's interpreter, the JAX
 kernels with ``interpret=True``, and ``torch/torch`` and ``jax/xla`` can be
@@ -72,8 +73,8 @@ import numpy as np  # noqa: E402
 from shared_spec.reference import scatter_reference, windowed_columns  # noqa: E402
 
 INT64_MIN, INT64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
-GPU_KERNELS = ("torch/triton", "jax/pallas", "jax/mosaic")
-CPU_KERNELS = ("torch/triton", "torch/torch", "jax/xla", "jax/pallas", "jax/mosaic")
+GPU_KERNELS = ("torch/triton", "torch/assign", "jax/pallas", "jax/mosaic")
+CPU_KERNELS = ("torch/triton", "torch/assign", "torch/torch", "jax/xla", "jax/pallas", "jax/mosaic")
 # (rows R, columns C, tokens N): one column; many rows, a launch of 64 cases (128
 # requests with the bridges) spanning more than launch.plan.SMALL_CELLS cells, so
 # that it takes the lanes kernel's LARGE shape; windows of more than 32 of its
@@ -274,6 +275,34 @@ def run_torch(backend: str, launch) -> tuple[np.ndarray, int]:
     return view.cpu().numpy(), guards
 
 
+def assignment_of(launch) -> tuple:
+    """The launch as ``assign_req_to_token_pool``'s arguments ``(start, end)``: each request's first column (its
+    ``start_cols``, 0 unwindowed) and that plus its segment's length (wrapping), whose running sum of ``end - start``
+    from 0 is the launch's own offsets (``offsets[0]`` is 0): the assignment of these is the windowed scatter of the
+    launch with ``start_cols = start`` (``shared_spec.assignment``), so ``mismatches`` compares it as such."""
+    _, offsets, rows, _, _, start_cols = launch
+    start = np.zeros(rows.shape[0], np.int64) if start_cols is None else start_cols
+    with np.errstate(over="ignore"):
+        end = start + (offsets[1:] - offsets[:-1])
+    return start, end
+
+
+def run_assign(launch) -> tuple[np.ndarray, int]:
+    """(table after ``assign_req_to_token_pool_func`` on the launch's ``assignment_of``, guard cells changed)."""
+    import torch
+
+    from kv_canary_torch import assign_req_to_token_pool_func
+
+    flat_in, _, rows, pool, layout, _ = launch
+    device = "cuda" if GPU else "cpu"
+    buffer, view = _torch_pool(pool, layout, device)
+    mask = torch.ones_like(buffer, dtype=torch.bool)
+    mask.as_strided(view.shape, view.stride(), view.storage_offset()).fill_(False)
+    rows_t, loc, start, end = (torch.from_numpy(a).to(device) for a in (rows, flat_in, *assignment_of(launch)))
+    assign_req_to_token_pool_func(rows_t, view, start, end, loc, rows.shape[0], backend="triton")  # interpreted off a GPU
+    return view.cpu().numpy(), int((buffer[mask] != GUARD).sum())
+
+
 def run_jax(implementation: str, launch) -> tuple[np.ndarray, int]:
     import jax
 
@@ -367,6 +396,8 @@ def storage_cases(backend: str) -> tuple[int, int]:
 
 def runner(kernel: str):
     frontend, name = kernel.split("/")
+    if kernel == "torch/assign":
+        return run_assign
     if frontend == "torch":
         return lambda launch: run_torch(name, launch)
     return lambda launch: run_jax(name, launch)
@@ -375,6 +406,9 @@ def runner(kernel: str):
 def unavailable(kernel: str) -> str | None:
     """Why ``kernel`` cannot run here (None: it can)."""
     frontend, name = kernel.split("/")
+    if kernel == "torch/assign":  # its Triton kernel, interpreted off a GPU, as the launcher's
+        kernel = "torch/triton"
+        frontend, name = "torch", "triton"
     if frontend == "torch":
         import torch
 
@@ -417,7 +451,8 @@ def main(argv=None) -> int:
             n_cases = (launch[2].shape[0]) // 2
             try:
                 got, guards = run(launch)
-                wrong = mismatches(*launch[:4], got, launch[5]) + guards
+                window = assignment_of(launch)[0] if kernel == "torch/assign" else launch[5]
+                wrong = mismatches(*launch[:4], got, window) + guards
             except Exception as error:  # a kernel that raises on any value fails the corpus
                 print(f"{kernel}: raised {type(error).__name__}: {error}", file=sys.stderr)
                 wrong = n_cases
@@ -428,7 +463,7 @@ def main(argv=None) -> int:
     storage_run = 0
     for kernel in kernels:
         frontend, name = kernel.split("/")
-        if frontend == "torch":
+        if frontend == "torch" and kernel != "torch/assign":
             run_cases, wrong = storage_cases(name)
             storage_run, bad = storage_run + run_cases, bad + wrong
     print(f"cases run: {cases} ({args.cases} per kernel, {len(launches)} launches each, each run {args.repeat}x), "

@@ -71,12 +71,25 @@ def test_the_comparison_allows_any_writer_of_a_shared_cell_and_nothing_else():
 def test_the_script_runs_on_the_cpu():
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
     command = [sys.executable, str(SCRIPT), "--cases", "8", "--per-launch", "2",
-               "--kernels", "torch/triton", "torch/torch", "jax/xla", "jax/pallas"]
+               "--kernels", "torch/triton", "torch/assign", "torch/torch", "jax/xla", "jax/pallas"]
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     summary = re.search(r"cases run: (\d+) .* storage cases: (\d+), mismatches: (\d+), kernels: (.*)", result.stdout)
     assert summary is not None, result.stdout
-    assert summary.groups() == ("32", "16", "0", "torch/triton, torch/torch, jax/xla, jax/pallas")
+    assert summary.groups() == ("40", "16", "0", "torch/triton, torch/assign, torch/torch, jax/xla, jax/pallas")
+
+
+def test_a_launch_as_an_assignment_is_the_launch_windowed_at_its_starts():
+    # assignment_of's claim, which lets mismatches compare the assignment's table: its reference is the scatter's of
+    # the launch with start_cols = start, on every launch of the corpus (int64 extremes and wrapping lengths included).
+    from shared_spec import assignment
+
+    for launch in mc.corpus(64 * 8, 64, seed=1):
+        flat_in, offsets, rows, pool, _, _ = launch
+        start, end = mc.assignment_of(launch)
+        np.testing.assert_array_equal(
+            assignment.assignment_reference(rows, pool, start, end, flat_in, rows.shape[0]),
+            mc.scatter_reference(flat_in, offsets, rows, pool, start))
 
 
 def test_a_default_run_launches_every_triton_kernel():
