@@ -6,7 +6,9 @@ ints, numpy rows and start_cols) whole, without its launch, and its parts alone;
 
 On a GPU (the pool on CUDA, the launch the Triton backend): a sync before each call, so every step starts with the
 stream idle, as a decode loop's does; besides the host figures, *step wall* times the step until
-``torch.cuda.synchronize()`` after it returns. The parts: the H2D copy of a step's kept views, the launch on them,
+``torch.cuda.synchronize()`` after it returns; both again with the writer copying through torch's ``copy_`` rather
+than the driver's copy. The parts: the H2D copy of a step's kept views (torch's, and the driver's through the native
+piece), the launch on them,
 ``torch.cuda.Event.record`` on a kept stream, ``Event.synchronize`` of a completed event, ``torch.cuda.current_stream``
 and the raw stream id the step reads each call. On the CPU (no CUDA) the writer runs its ring with fake events (no-op
 ``record`` and ``synchronize``) and only the step without its launch is timed: the step's Python and numpy packing and
@@ -76,6 +78,11 @@ def parts(bs: int, calls: int, cuda: bool) -> dict:
         writer.step(new, rows, cols, lengths=1)
 
     out = {"step": median_us(step, calls, sync), "step wall": wall_us(step, calls)} if cuda else {}
+    if cuda:  # the same step copying through torch's copy_ instead of the driver's (IncrementalWriter's docstring)
+        writer._one_device, writer._copy = False, None
+        out["step, torch's copy"] = median_us(step, calls, sync)
+        out["step wall, torch's copy"] = wall_us(step, calls)
+        writer._one_device = True
     real = inc.launch_scatter_req_token_ids_kernel
     inc.launch_scatter_req_token_ids_kernel = lambda **kw: None
     try:
@@ -91,8 +98,13 @@ def parts(bs: int, calls: int, cuda: bool) -> dict:
     out["kept views"] = median_us(lambda: writer._views(0, bs, bs), calls)
     out["three host copies"] = median_us(lambda: (views[7].__setitem__(slice(None), flat),
                                                  np.copyto(views[8], rows), np.copyto(views[9], cols)), calls)
-    out["copy"] = median_us(lambda: dst.copy_(src, non_blocking=cuda), calls, sync)
+    out["torch's copy"] = median_us(lambda: dst.copy_(src, non_blocking=cuda), calls, sync)
     if cuda:
+        from kv_canary_torch.launch import dispatch
+
+        copy = dispatch.device_copy()
+        if copy is not None:
+            out["driver's copy"] = median_us(lambda: copy(*views[10], writer._stream_id()), calls, sync)
         out["launch"] = median_us(lambda: inc.launch_scatter_req_token_ids_kernel(
             flat_in=flat_in, offsets=offsets, req_pool_indices=rows_in, pool_out=pool, start_cols=cols_in,
             backend=writer.backend), calls, sync)
