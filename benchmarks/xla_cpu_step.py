@@ -6,8 +6,11 @@ CPU bar is set on, for ``xla`` and ``plain``, unwindowed and with ``start_cols``
 prints per case the marginal costs (medians of interleaved rounds) and the same-run ratios ``xla / plain``, with
 whether the bar holds: ``xla`` at most ``BAR_RATIO`` times ``plain`` or at most ``BAR_US`` more. Exit status 0 when
 every result agrees with the reference (``bench_step``'s check), 1 otherwise; the bar is reported, not enforced.
+``--assign`` times ``assign_req_to_token_pool``'s ``xla`` path against the plain XLA assignment instead, in
+``kv_canary.bench_assign``'s JAX step (its cases and table, this script's rounds, steps and step size).
 
     PYTHONPATH=. python benchmarks/xla_cpu_step.py [--case BSxSEQ[r] ...] [--rounds 9] [--steps 20] [--clock process] [--json]
+    PYTHONPATH=. python benchmarks/xla_cpu_step.py --assign [--rounds 9] [--steps 20]
 """
 
 from __future__ import annotations
@@ -37,6 +40,33 @@ def verdicts(rows: list[dict]) -> list[dict]:
     return out
 
 
+def assign_verdicts(rows: list[dict]) -> list[dict]:
+    """Per assignment case: ``xla_us``, ``plain_us``, ``ratio`` and ``bar``, from ``bench_assign.measure_jax``'s rows."""
+    out = []
+    for r in rows:
+        xla_us, plain_us = r["xla_marginal_us"]["median"], r["plain_marginal_us"]["median"]
+        out.append({"case": r["case"], "xla_us": xla_us, "plain_us": plain_us, "ratio": r["xla_vs_plain"],
+                    "bar": xla_us <= BAR_RATIO * plain_us or xla_us - plain_us <= BAR_US})
+    return out
+
+
+def run_assign(rounds: int, steps: int, size: int, as_json: bool) -> int:
+    """``--assign`` (module docstring); every table is checked against the reference by ``measure_jax``."""
+    from kv_canary import bench_assign
+
+    config = bench_assign.Config(device="cpu", size=size, steps=steps, jax_rounds=rounds)
+    rows = bench_assign.measure_jax(config, say=lambda line: print(line, file=sys.stderr, flush=True))
+    result = assign_verdicts(rows)
+    if as_json:
+        print(json.dumps({"rows": rows, "verdicts": result}, indent=1))
+        return 0
+    print("| case | xla us | plain us | xla / plain | bar |\n|---|---|---|---|---|")
+    for v in result:
+        ratio = "" if v["ratio"] is None else f"{v['ratio']:.2f}x"
+        print(f"| {v['case']} | {v['xla_us']:.1f} | {v['plain_us']:.1f} | {ratio} | {'holds' if v['bar'] else 'MISSED'} |")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", action="append")
@@ -47,7 +77,13 @@ def main(argv=None) -> int:
     ap.add_argument("--clock", choices=tuple(bench_step.CLOCKS), default="wall",
                     help="process: the CPU time of this process (robust to other processes on a loaded machine)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--assign", action="store_true", help="the assignment's xla path against the plain assignment")
     mine = ap.parse_args(argv)
+    if mine.assign:
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+        return run_assign(mine.rounds, mine.steps, mine.size, mine.json)
     args = bench_step.parser().parse_args(["--size", str(mine.size), "--rounds", str(mine.rounds),
                                            "--steps", str(mine.steps), "--clock", mine.clock] + ([] if mine.no_windowed else ["--windowed"]))
     import jax

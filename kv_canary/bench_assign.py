@@ -21,7 +21,8 @@ requests of 1-511 tokens. Every table a part writes is compared with ``assignmen
    the launch) and one eager torch op, interleaved.
 3. JAX (``jax``): the marginal cost in ``kv_canary.bench_step``'s serving-like jitted step (its ``Step``, timer and
    rounds: ``MATMULS`` bf16 matmuls, the table donated) of ``kv_canary_jax.assign_req_to_token_pool`` (its default
-   implementation) beside ``plain_xla_assign``, what a JAX user writes (``jnp.repeat`` and one ``.at[].set``).
+   implementation) and its ``xla`` path (``implementation="xla"``, the CPU and TPU default) beside
+   ``plain_xla_assign``, what a JAX user writes (``jnp.repeat`` and one ``.at[].set``).
 """
 
 from __future__ import annotations
@@ -176,7 +177,8 @@ def plain_xla_assign(rows, start, end, loc, table):
 
 def make_jax_step(kind: str | None, matmuls: int):
     """``(x, w, rows, start, end, loc, table) -> (h, table)``, table donated: ``kind`` None (no assignment),
-    ``"library"`` (``assign_req_to_token_pool``, its default implementation) or ``"plain"``."""
+    ``"library"`` (``assign_req_to_token_pool``, its default implementation), ``"xla"`` (its ``xla`` path) or
+    ``"plain"``."""
     import jax
     import jax.numpy as jnp
 
@@ -188,6 +190,8 @@ def make_jax_step(kind: str | None, matmuls: int):
             h = jnp.dot(h, w, preferred_element_type=jnp.bfloat16)
         if kind == "library":
             table = assign_req_to_token_pool(rows, table, start, end, loc)
+        elif kind == "xla":
+            table = assign_req_to_token_pool(rows, table, start, end, loc, implementation="xla")
         elif kind == "plain":
             table = plain_xla_assign(rows, start, end, loc, table)
         return h, table
@@ -212,20 +216,22 @@ def measure_jax(config: Config = FULL, say=None) -> list[dict]:
         batch = tuple(jax.device_put(a) for a in inputs)
         steps = {kind: bench_step.Step(kind or "without", kind, make_jax_step(kind, config.matmuls), (x, w, *batch),
                                        jax.device_put(np.full(config.table, SENTINEL, np.int32)), False)
-                 for kind in (None, "library", "plain")}
+                 for kind in (None, "library", "xla", "plain")}
         steps = {step.label: step for step in steps.values()}
         for step in steps.values():
             for _ in range(max(1, config.warmup)):
                 step()
         samples = bench.interleaved_samples(steps, lambda step: bench_step.median_step_us(step, config.steps), config.jax_rounds)
-        for name in ("library", "plain"):
+        for name in ("library", "xla", "plain"):
             assert bench_step.agrees(steps[name], expected), f"jax {name} at {label}: the table differs from the reference"
         row = {"case": label, "bs": bs, "slots": int(inputs[3].shape[0]), "runs": bench_step.default_name()}
-        for name in ("library", "plain"):
+        for name in ("library", "xla", "plain"):
             row[f"{name}_marginal_us"] = bench_step.spread([a - b for a, b in zip(samples[name], samples["without"])])
         plain = row["plain_marginal_us"]["median"]
         row["vs_plain"] = row["library_marginal_us"]["median"] / plain if plain > 0 else None
-        say(f"jax {label}: library {row['library_marginal_us']['median']:.1f} us, plain {plain:.1f} us")
+        row["xla_vs_plain"] = row["xla_marginal_us"]["median"] / plain if plain > 0 else None
+        say(f"jax {label}: library {row['library_marginal_us']['median']:.1f} us, xla {row['xla_marginal_us']['median']:.1f} us, "
+            f"plain {plain:.1f} us")
         rows_out.append(row)
     return rows_out
 
@@ -273,13 +279,15 @@ def render(figures: dict) -> str:
               bench_markdown.prose("us per call, median / 90th percentile (`kv_canary/bench_host.py`'s timer), interleaved."),
               "\n".join(lines)]
     if figures.get("jax"):
-        lines = ["| case | slots | runs | library marginal us | plain marginal us | vs plain |", "|---|---:|---|---:|---:|---:|"]
+        lines = ["| case | slots | runs | library marginal us | vs plain | xla marginal us | vs plain | plain marginal us |",
+                 "|---|---:|---|---:|---:|---:|---:|---:|"]
         for r in figures["jax"]:
             lines.append(f"| {r['case']} | {r['slots']} | {r['runs']} | {r['library_marginal_us']['median']:.1f} "
-                         f"| {r['plain_marginal_us']['median']:.1f} | {_cell(r['vs_plain'])} |")
+                         f"| {_cell(r['vs_plain'])} | {r['xla_marginal_us']['median']:.1f} | {_cell(r['xla_vs_plain'])} "
+                         f"| {r['plain_marginal_us']['median']:.1f} |")
         parts += ["## JAX: the assignment's marginal cost in a jitted step",
                   bench_markdown.prose(
-                      "What `assign_req_to_token_pool` (its default implementation) and the plain XLA assignment "
+                      "What `assign_req_to_token_pool` (its default implementation, and its `xla` path) and the plain XLA assignment "
                       "(`jnp.repeat` and one `.at[].set`) add to `kv_canary/bench_step.py`'s step, the table donated; "
                       "us, median over interleaved rounds."),
                   "\n".join(lines)]
