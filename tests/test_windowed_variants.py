@@ -65,6 +65,16 @@ def test_candidates_are_pool_window_on_int64_extremes(name):
     assert ok.any() and not ok.all()  # both branches taken
 
 
+def test_the_unsigned_test_is_in_row():
+    rng = np.random.default_rng(2)
+    extremes = np.array([INT64_MIN, INT64_MIN + 1, -9, -1, 0, 1, 5, 6, 7, 9, 10, INT64_MAX - 1, INT64_MAX])
+    starts, ends, cols = (rng.choice(extremes, 5000).astype(np.int64) for _ in range(3))
+    for width, n_tokens in ((6, 9), (9, 6), (2**40, INT64_MAX)):
+        expected = np.asarray(variants.in_row(starts, ends, cols, width, n_tokens))
+        got = np.asarray(variants.in_row_unsigned(jnp.asarray(starts), jnp.asarray(ends), jnp.asarray(cols), width, n_tokens))
+        assert (got == expected).all() and expected.any()
+
+
 @pytest.mark.parametrize("implementation", KERNELS)
 def test_the_kernels_trace_the_switch(implementation):
     batch = variants._times().variant_inputs("3x8")["append"]
@@ -177,3 +187,34 @@ def test_without_a_gpu_it_says_so_and_measures_nothing(capsys):
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.strip() == variants.NO_GPU
     assert "benchmarks" not in sys.modules
+
+
+def test_the_torch_case_runs_and_checks_every_run_in_the_interpreter():
+    torch = pytest.importorskip("torch")
+    calls = []
+
+    def flushed(torch, runs, rounds, before_round):
+        for k in range(rounds):
+            before_round(k)
+            for name, run in runs.items():
+                run()
+                calls.append(name)
+        return {name: 2.0 for name in runs}
+
+    def chained(torch, runs):
+        return {name: 1.0 + (name != "unwindowed") for name in runs}
+
+    result = variants.torch_case(torch, "3x16", rounds=2, device="cpu", timers=(flushed, chained))
+    assert sorted(calls) == sorted(variants.TORCH_RUNS * 2) and result["kernel"] == "lanes"
+    lines = variants.torch_rows("3x16", result, 1.0)
+    assert [line.split(" | ")[2] for line in lines] == ["current", "in_row"]
+    assert all(line.count("|") == variants.HEADER.splitlines()[0].count("|") for line in lines)
+    assert "| 2.00 | 1.000 | 2.000 |" in lines[1]
+
+
+def test_a_jax_row_has_the_headers_cells():
+    figures = {"unwindowed": {"kernel": [2.0, 2.0], "chain": [4.0, 4.0]},
+               "zeros": {"kernel": [2.2, 2.2], "chain": [4.0, 4.4]}, "append": {"kernel": [2.0, 2.1], "chain": [4.0, 4.0]}}
+    row = variants.jax_row("4096x512", "mosaic", "ordered_cond", figures, variants._times(), 12.0)
+    assert row == "| 4096x512 | jax mosaic kernel us | ordered_cond | 2.00 | 2.20 | 1.100 | 1.050 | 2.05 | 1.025 | 1.000 | 12 |"
+    assert row.count("|") == variants.HEADER.splitlines()[0].count("|")
