@@ -8,7 +8,7 @@ Every variant writes exactly the cells of ``shared_spec.reference.scatter_refere
 scalar work a program does between its loads of the request's scalars and its first store, which is what the windowed
 kernels pay over the unwindowed ones per request (the cost grows with the requests: 4096 x 512 is the worst case).
 
-JAX (``pallas``, ``mosaic``): ``JAX_VARIANTS`` names functions of ``kv_canary_jax.windows.pool_window``'s contract on
+JAX (``pallas``, ``mosaic``): ``jax_variants()`` names functions of ``kv_canary_jax.windows.pool_window``'s contract on
 a kernel's scalars; each is set as ``windows.kernel_window`` (the kernels' switch; ``jax.clear_caches()`` so that
 they are traced again), then ``benchmarks/jax_windowed_kernel_times.py``'s ``measure`` checks the unwindowed, zeros
 and append chains against the reference and gives their kernel durations on the profiler's clock; the row gives
@@ -21,11 +21,12 @@ the windowed ratios over the unwindowed kernel of the same rounds.
   the loads, fewer than the unwindowed ``written_columns``; any other request takes ``pool_window``.
 - ``ordered_cond_unsigned``: ``ordered_cond`` with ``in_row`` as three unsigned compares (``in_row_unsigned``)
   instead of five signed ones.
-- ``ordered_select``: the same two formulas, both computed, one selected (``jnp.where``): no branch, more ops.
+- ``ordered_select``: the same two formulas, both computed, one selected (``jnp.where``): no branch, more ops
+  (measured only when named: ``--jax-variant``; ``spec`` is then to be named too).
 
 Torch (the Triton kernels, ``backend="triton"``'s launch plan, launched by ``kernel[grid]`` as
 ``launch.dispatch.launch`` launches them, every run the same way): the unwindowed launch, the windowed one as it is
-(``IN_ROW`` unset) and with ``IN_ROW=True`` (``triton_kernel.in_row``: the short branch tests ``0 <= s <= C`` and
+(``IN_ROW=False``, the launcher's default) and with ``IN_ROW=True`` (``triton_kernel.in_row``: the short branch tests ``0 <= s <= C`` and
 takes ``shift = s``, so its ``hi`` is as many dependent int64 steps after the loads as the unwindowed one's), each
 with zeros and append columns; ``kv_canary.bench``'s ``flushed_us`` and ``chained_us`` (the runs taking turns),
 every pool checked against the reference after its timing; the ratios over the unwindowed figure.
@@ -54,6 +55,8 @@ HERE = Path(__file__).resolve().parent
 # (8M tokens) runs torch's tiled kernel.
 CASES = ("4096x512", "256x2048", "64x8192", "256x8192r", "256x32768")
 JAX_VARIANT_NAMES = ("spec", "ordered_cond", "ordered_cond_unsigned", "ordered_select")
+# What a run measures without --jax-variant (ordered_select only on request: it answers whether the branch matters).
+DEFAULT_JAX_VARIANTS = ("spec", "ordered_cond", "ordered_cond_unsigned")
 TORCH_RUNS = ("unwindowed", "zeros", "append", "zeros_in_row", "append_in_row")
 SMOKE_CASE = "4x16"
 NO_GPU = "windowed_variants: no GPU here, nothing measured (--smoke checks every variant in the interpreters)"
@@ -284,7 +287,7 @@ def main(argv=None) -> int:
         print(NO_GPU, file=sys.stderr)
         return 0
     times = _times()
-    variants = {name: f for name, f in jax_variants().items() if name in (args.jax_variant or JAX_VARIANT_NAMES)}
+    variants = {name: f for name, f in jax_variants().items() if name in (args.jax_variant or DEFAULT_JAX_VARIANTS)}
     print(f"jax {jax.__version__} {jax.devices()[0].device_kind}; JAX: kernel durations on the profiler's clock, "
           f"median of {args.rounds} interleaved rounds of {args.calls} traced calls; torch: flushed_us and chained_us "
           f"over {args.rounds} rounds; ratios over the unwindowed figure", flush=True)
