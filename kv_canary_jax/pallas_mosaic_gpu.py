@@ -34,7 +34,8 @@ The window. Program ``(lane, r)`` loads ``offsets[r]``, ``offsets[r+1]``,
 ``req_pool_indices[r]`` (and ``start_cols[r]``, windowed) and computes, on
 scalars, ``(base, lo, hi)`` in pool columns with ``windows.pool_window`` (the
 spec's own ``shared_spec.reference.written_columns``; windowed, its
-``windowed_columns`` moved to pool columns, three more scalar ops): request
+``windowed_columns`` moved to pool columns, three more scalar ops, through the
+switch ``windows.kernel_window``, which benchmarks set to candidates): request
 ``r`` writes exactly the columns ``lo <= j < hi`` of its row, reading
 ``flat_in[base + j]``, with ``0 <= lo``, ``hi <= C``, and every such ``base +
 j`` in ``[0, N)``. Everything below holds for any such window, wherever in
@@ -130,6 +131,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kv_canary_jax import batching
+from kv_canary_jax import windows
 from kv_canary_jax.windows import pool_window
 from shared_spec.reference import longest_window
 
@@ -296,8 +298,10 @@ def _kernel(
     start = offsets_ref[r]
     end = offsets_ref[r + 1]
     row = rows_ref[r]
-    start_col = None if start_cols_ref is None else start_cols_ref[r]
-    base, lo, hi = pool_window(start, end, start_col, width, n_tokens, jnp)
+    if start_cols_ref is None:
+        base, lo, hi = pool_window(start, end, None, width, n_tokens, jnp)
+    else:  # the switch windows.kernel_window (pool_window unless a benchmark sets a candidate)
+        base, lo, hi = windows.kernel_window(start, end, start_cols_ref[r], width, n_tokens, jnp)
     # Columns and tile offsets (< C + lanes * tile) in int32 unless the pool is too
     # wide: fewer registers.
     col = jnp.int64 if width + (lanes + 1) * max(tile, VEC) >= INT32_COLUMNS_BELOW else jnp.int32

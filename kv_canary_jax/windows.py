@@ -15,6 +15,11 @@ Bounds, which every kernel's memory-safety argument uses: ``0 <= lo`` and ``hi <
 and column ``c = shift + j`` reads ``(base - shift) + c = base + j``. Nothing wraps: ``base`` lies in ``[-(C -
 shift), N]``, so ``base - shift`` in ``[-C, N]``, and ``lo + shift``, ``hi + shift`` in ``[0, C]``. ``xp`` is
 ``jax.numpy`` in the kernels (scalars) and in XLA (vectors), numpy in tests.
+
+``kernel_window`` is the function the GPU kernels (``pallas_triton``, ``pallas_mosaic_gpu``) compute a windowed
+request's window with, read when a kernel is traced: ``pool_window``. It is a module-level switch so that
+``benchmarks/windowed_variants.py`` and its tests can set a candidate formulation of the same contract (on a
+kernel's int64 scalars, exact for every value) and trace the kernels with it; unwindowed kernels never read it.
 """
 
 from __future__ import annotations
@@ -30,3 +35,7 @@ def pool_window(start, end, start_col, width: int, n_tokens: int, xp=jnp):
         return written_columns(start, end, width, n_tokens, xp)
     base, lo, hi, shift = windowed_columns(start, end, start_col, width, n_tokens, xp)
     return base - shift, lo + shift, hi + shift
+
+
+# The windowed kernels' formulation (see the module docstring); a retrace (jax.clear_caches()) picks up a new one.
+kernel_window = pool_window
