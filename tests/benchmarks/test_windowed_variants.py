@@ -26,7 +26,7 @@ from tests.contract import assert_same_pool  # noqa: E402
 from tests.profiles import property_settings  # noqa: E402
 from tests.strategies import INT64_MAX, INT64_MIN, extreme_windowed_batches, sentinel_pool, windowed_batches  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("windowed_variants", ROOT / "benchmarks" / "windowed_variants.py")
 variants = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(variants)
@@ -108,7 +108,7 @@ def test_candidates_in_the_kernels_match_the_reference(implementation, variant):
 @pytest.mark.parametrize("variant", CANDIDATES, indirect=True)
 @pytest.mark.parametrize("width", [9, 3000, 2**31 + 5])
 def test_candidates_lower_for_cuda(variant, width):
-    """Both GPU kernels lower for CUDA with each candidate (int32 and int64 columns), as tests/test_jax_mosaic.py's."""
+    """Both GPU kernels lower for CUDA with each candidate (int32 and int64 columns), as tests/jax/test_jax_mosaic.py's."""
     from kv_canary_jax import pallas_mosaic_gpu
     from tests.jax_support import assert_one_bare_mosaic_call, lower_for_cuda
 
@@ -146,7 +146,7 @@ def test_in_row_in_the_lanes_kernel():
 
 
 def test_in_row_on_int64_extremes_of_start_cols_and_offsets():
-    # As tests/test_torch_windowed.py's: requests alternate (start, end) and (end, start), every first column in turn.
+    # As tests/torch/test_torch_windowed.py's: requests alternate (start, end) and (end, start), every first column in turn.
     torch = pytest.importorskip("torch")
     flat_in = np.arange(40, dtype=np.int64) * 7 - 3
     edges = [INT64_MIN, INT64_MIN + 1, -41, -1, 0, 1, 5, 9, 10, 11, 2**31, 2**32 + 3, INT64_MAX - 1, INT64_MAX]
