@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call: GPU tests, the memory checker, the conformance matrix, then timings. Logs land in $OUT.
-#   bash benchmarks/gpu_run.sh [all|final|gpu|tests|memcheck|check|tune|bench|mosaic|kernels|windowed|variants|incremental|host|hostcost|step|cold] [limit seconds]
+#   bash benchmarks/gpu_run.sh [all|final|gpu|tests|memcheck|check|tune|bench|mosaic|kernels|windowed|incremental|host|hostcost|step|cold] [limit seconds]
 # `all` runs gpu (the GPU tests), memcheck, check and mosaic in that order (about 5 minutes on one H200);
 # `final` runs gpu, memcheck, check, bench and kernels (about 8 minutes: what a closing note quotes);
 # `tests` is the whole suite, CPU tests included.
@@ -35,7 +35,6 @@ run() {
     # The JAX windowed kernels (start_cols 0 and append) over the unwindowed ones, kernel durations from a trace.
     windowed) step "${2:-400}" python3 benchmarks/jax_windowed_kernel_times.py ;;
     # Candidate formulations of the windowed window (JAX kernels, torch Triton) beside the current one, one table.
-    variants) step "${2:-270}" python3 benchmarks/windowed_variants.py ;;
     # The torch incremental step: its host time by part, then the serving-step figures.
     incremental) step 120 python3 benchmarks/incremental_parts.py
       step "${2:-300}" python3 -m kv_canary.cli bench --incremental --json ;;

@@ -34,8 +34,8 @@ The window. Program ``(lane, r)`` loads ``offsets[r]``, ``offsets[r+1]``,
 ``req_pool_indices[r]`` (and ``start_cols[r]``, windowed) and computes, on
 scalars, ``(base, lo, hi)`` in pool columns with ``windows.pool_window`` (the
 spec's own ``shared_spec.reference.written_columns``; windowed, its
-``windowed_columns`` moved to pool columns, three more scalar ops, through the
-switch ``windows.kernel_window``, which benchmarks set to candidates): request
+``windowed_columns`` moved to pool columns, as ``windows.kernel_window``
+computes it: a few scalar ops on an in-row request, the exact math on others): request
 ``r`` writes exactly the columns ``lo <= j < hi`` of its row, reading
 ``flat_in[base + j]``, with ``0 <= lo``, ``hi <= C``, and every such ``base +
 j`` in ``[0, N)``. Everything below holds for any such window, wherever in
@@ -300,8 +300,8 @@ def _kernel(
     row = rows_ref[r]
     if start_cols_ref is None:
         base, lo, hi = pool_window(start, end, None, width, n_tokens, jnp)
-    else:  # the switch windows.kernel_window (pool_window unless a benchmark sets a candidate)
-        base, lo, hi = windows.kernel_window(start, end, start_cols_ref[r], width, n_tokens, jnp)
+    else:
+        base, lo, hi = windows.kernel_window(start, end, start_cols_ref[r], width, n_tokens)
     # Columns and tile offsets (< C + lanes * tile) in int32 unless the pool is too
     # wide: fewer registers.
     col = jnp.int64 if width + (lanes + 1) * max(tile, VEC) >= INT32_COLUMNS_BELOW else jnp.int32

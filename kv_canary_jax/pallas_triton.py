@@ -16,8 +16,8 @@ Grid: ``(bs, tiles)``. Program ``(r, k)`` loads the three scalars
 windowed) and computes, on scalars, the request's window ``(base, lo, hi)`` in
 pool columns with ``windows.pool_window`` (the spec's own
 ``shared_spec.reference.written_columns``, or ``windowed_columns`` moved to
-pool columns: three more scalar ops; windowed, through the switch
-``windows.kernel_window``, which benchmarks set to candidate formulations): it writes exactly the columns
+pool columns; windowed, ``windows.kernel_window``: a few scalar ops on a serving step's
+in-row request, the spec's exact math on any other): it writes exactly the columns
 ``lo <= j < hi`` of its row, reading ``flat_in[base + j]``, with ``0 <= lo``,
 ``hi <= C`` and ``hi - lo <= min(C, N)``. The per-element code is the same
 either way. It covers the ``BLOCK`` columns
@@ -88,8 +88,8 @@ def _kernel(flat_ref, offsets_ref, rows_ref, *refs, n_tokens: int, n_rows: int, 
     start = offsets_ref[r]
     end = offsets_ref[r + 1]
     row = rows_ref[r]
-    if windowed:  # the switch windows.kernel_window (pool_window unless a benchmark sets a candidate)
-        base, lo, hi = windows.kernel_window(start, end, start_cols_ref[r], width, n_tokens, jnp)
+    if windowed:
+        base, lo, hi = windows.kernel_window(start, end, start_cols_ref[r], width, n_tokens)
     else:
         base, lo, hi = pool_window(start, end, None, width, n_tokens, jnp)
     row_ok = (row >= 0) & (row < n_rows)

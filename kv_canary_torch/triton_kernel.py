@@ -31,8 +31,6 @@ Windowed (``WINDOWED``, ``start_cols`` given; ``s = start_cols[r]``, one more sc
 
 ``WINDOWED`` False compiles the kernels as they are without it: ``start_cols_ptr`` and
 ``start_cols_stride`` are then None (Triton makes a None argument a constexpr: no parameter, no load).
-``IN_ROW`` (default False; the launcher leaves it unset, ``benchmarks/windowed_variants.py`` sets it) narrows the
-short branch to ``0 <= s <= C``, where ``shift = s`` without the clip (``in_row``); the same cells either way.
 
 All int64 arithmetic is per program, on scalars; the per-element work is the
 int32 compares of a load mask and a store mask and two address computations (int64 only when ``WIDE``: a
@@ -104,35 +102,26 @@ INT64_MAX: tl.constexpr = tl.constexpr(2**63 - 1)
 
 
 @triton.jit
-def in_row(start, end, first_col, width, n_tokens, IN_ROW: tl.constexpr):
-    """``(short, shift)``: whether a windowed request takes the short branch, and its ``shift`` there.
+def in_row(start, end, first_col, width, n_tokens):
+    """Whether a windowed request takes the short branch: an in-order window with ``0 <= s <= C``.
 
-    Without ``IN_ROW``: an in-order window with ``s >= 0``, ``shift = clip(s, 0, C)`` (computed for every request).
-    With ``IN_ROW`` (a candidate, ``benchmarks/windowed_variants.py``): an in-order window with ``0 <= s <= C``,
-    where ``clip(s, 0, C) = s``, so ``shift = s`` itself and the short branch's ``hi = min(end - start, C - s)`` is
-    as many dependent int64 steps after the loads as the unwindowed ``min(end - start, C)``; the one window the
-    short branch no longer takes (``s > C``: empty, ``shift = C``) goes through ``windowed_window``'s exact math.
-    ``shift`` is then the short branch's only; the other branch computes its own."""
-    if IN_ROW:
-        short = in_order(start, end, n_tokens) & (first_col >= 0) & (first_col <= width)
-        shift = first_col
-    else:
-        short = in_order(start, end, n_tokens) & (first_col >= 0)
-        shift = tl.minimum(tl.maximum(first_col, 0), width)
-    return short, shift
+    There ``clip(s, 0, C) = s``, so ``shift = s`` itself and the short branch's ``hi = min(end - start, C - s)`` is
+    as many dependent int64 steps after the loads as the unwindowed ``min(end - start, C)``; any other window (``s >
+    C`` among them: empty, ``shift = C``) goes through ``windowed_window``'s exact math, which computes its own
+    ``shift``."""
+    return in_order(start, end, n_tokens) & (first_col >= 0) & (first_col <= width)
 
 
 @triton.jit
-def windowed_window(start, end, first_col, width, n_tokens, IN_ROW: tl.constexpr):
+def windowed_window(start, end, first_col, width, n_tokens):
     """``(base, lo, hi, shift)`` of a windowed request for any int64 ``start``, ``end``, ``first_col`` (``s``):
     ``shared_spec.reference.windowed_columns`` transcribed, exact in wrapping int64; a window ``in_row`` takes the
     short branch (``base = start``, ``lo = 0``, ``hi = min(end - start, C - shift)``)."""
-    short, shift = in_row(start, end, first_col, width, n_tokens, IN_ROW)
-    if short:
+    if in_row(start, end, first_col, width, n_tokens):
+        shift = first_col
         base, lo, hi = ordered_window(start, end, width - shift)
     else:
-        if IN_ROW:  # in_row's shift is the short branch's alone
-            shift = tl.minimum(tl.maximum(first_col, 0), width)
+        shift = tl.minimum(tl.maximum(first_col, 0), width)
         behind = first_col < 0
         back = tl.where(behind, first_col, 0)
         past = behind & (start > INT64_MAX + back)  # start - s > 2**63 - 1; the sum lies in [-1, 2**63 - 1]
@@ -162,12 +151,12 @@ def request_window(request, offsets_ptr, rows_ptr, n_tokens, n_rows, width, offs
 
 @triton.jit
 def request_windowed(request, offsets_ptr, rows_ptr, start_cols_ptr, n_tokens, n_rows, width, offsets_stride,
-                     rows_stride, start_cols_stride, IN_ROW: tl.constexpr):
+                     rows_stride, start_cols_stride):
     """``(row_ok, row, base, lo, hi, shift)`` of windowed request ``request`` (``windowed_window``), ``hi`` 0 for a
     row outside ``[0, R)`` as in ``request_window``."""
     row_ok, row, start, end = request_scalars(request, offsets_ptr, rows_ptr, n_rows, offsets_stride, rows_stride)
     first_col = tl.load(start_cols_ptr + request * start_cols_stride)
-    base, lo, hi, shift = windowed_window(start, end, first_col, width, n_tokens, IN_ROW)
+    base, lo, hi, shift = windowed_window(start, end, first_col, width, n_tokens)
     hi = tl.where(row_ok, hi, 0)
     return row_ok, row, base, lo, hi, shift
 
@@ -204,7 +193,6 @@ def scatter_req_token_ids_kernel(
     DENSE: tl.constexpr,  # offsets_stride == rows_stride == 1: the request's scalars at request and request + 1
     ONE: tl.constexpr,  # lanes * BLOCK >= min(C, N): a window from column 0 gives each lane one tile at most
     WINDOWED: tl.constexpr,  # start_cols given: the window shifted per request (module docstring)
-    IN_ROW: tl.constexpr = False,  # the short branch's test (in_row); a candidate the launcher leaves unset
 ):
     # bs on axis 0: up to 2**31 - 1 programs (axes 1 and 2 stop at 65535).
     request = tl.program_id(0).to(tl.int64)
@@ -217,13 +205,13 @@ def scatter_req_token_ids_kernel(
         first_col = tl.load(start_cols_ptr + request * start_cols_stride)
         # The usual windowed call (s >= 0, in order) as the unwindowed one's short branch on C - shift columns of
         # the row moved by shift: a few scalar ops more. Any other one through windowed_window's exact math.
-        short, shift = in_row(start, end, first_col, width, n_tokens, IN_ROW)
-        if short:
+        if in_row(start, end, first_col, width, n_tokens):
+            shift = first_col
             lanes_copy(flat_in_ptr, rows_ptr + request * rows_stride, n_rows, shifted(pool_ptr, shift, stride_col, UNIT),
                        stride_row, start, start - start, tl.minimum(end - start, width - shift), flat_stride,
                        stride_col, BLOCK, WIDE, UNIT, True, ONE)
         else:
-            base, lo, hi, shift = windowed_window(start, end, first_col, width, n_tokens, IN_ROW)
+            base, lo, hi, shift = windowed_window(start, end, first_col, width, n_tokens)
             lanes_copy(flat_in_ptr, rows_ptr + request * rows_stride, n_rows, shifted(pool_ptr, shift, stride_col, UNIT),
                        stride_row, base, lo, hi, flat_stride, stride_col, BLOCK, WIDE, UNIT, False, False)
     # Two copies of the tile loop: the usual window starts at column 0 (no lower bound to mask, no division to
@@ -335,7 +323,6 @@ def scatter_req_token_ids_tiled_kernel(
     BLOCK: tl.constexpr,  # cells per tile
     DENSE: tl.constexpr,  # offsets_stride == rows_stride == 1, as in the strided kernel
     WINDOWED: tl.constexpr,  # start_cols given (module docstring): the row's cells from column shift
-    IN_ROW: tl.constexpr = False,  # as in scatter_req_token_ids_kernel
 ):
     """The same cells as ``scatter_req_token_ids_kernel``, for contiguous ``flat_in`` and pool rows: one program per aligned tile.
 
@@ -383,7 +370,7 @@ def scatter_req_token_ids_tiled_kernel(
     if WINDOWED:
         row_ok, row, base, lo, hi, shift = request_windowed(request, offsets_ptr, rows_ptr, start_cols_ptr, n_tokens,
                                                             n_rows, width, offsets_stride, rows_stride,
-                                                            start_cols_stride, IN_ROW)
+                                                            start_cols_stride)
         row_off = tl.where(row_ok, row, 0) * stride_row + shift
     else:
         row_ok, row, base, lo, hi = request_window(request, offsets_ptr, rows_ptr, n_tokens, n_rows, width,

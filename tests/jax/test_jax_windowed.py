@@ -310,3 +310,21 @@ def test_windowed_pallas_triton_lowers_for_cuda():
     shapes = [((5000,), jnp.int64), ((11,), jnp.int64), ((10,), jnp.int64), ((11, 3000), jnp.int32), ((10,), jnp.int64)]
     text = lower_for_cuda(pallas_triton.scatter, *shapes)
     assert text.count("stablehlo.custom_call") == 1 and "tf.aliasing_output = 0" in text
+
+
+def test_the_kernels_window_is_pool_window_on_int64_extremes():
+    # kernel_window (what the GPU kernels trace) on scalars, vmapped here: its in-row branch and pool_window agree
+    # with the spec's pool_window for every int64, both branches taken.
+    from kv_canary_jax import windows
+
+    rng = np.random.default_rng(1)
+    extremes = np.array([INT64_MIN, INT64_MIN + 1, -9, -7, -1, 0, 1, 3, 5, 6, 7, 9, 10, INT64_MAX - 1, INT64_MAX])
+    starts, ends, cols = (rng.choice(extremes, 3000).astype(np.int64) for _ in range(3))
+    for width, n_tokens in ((6, 9), (9, 6), (1, 1), (2**40, 2**62)):
+        got = jax.vmap(lambda s, e, c: windows.kernel_window(s, e, c, width, n_tokens))(starts, ends, cols)
+        with np.errstate(over="ignore"):
+            expected = windows.pool_window(starts, ends, cols, width, n_tokens, np)
+        for g, x in zip(got, expected):
+            np.testing.assert_array_equal(np.asarray(g), x)
+    ok = np.asarray(windows.in_row(starts, ends, cols, 6, 9))
+    assert ok.any() and not ok.all()

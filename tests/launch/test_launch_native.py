@@ -134,9 +134,8 @@ for bs, width, n_tokens, flat_stride, kind in ((1024, 4097, 1024 * 4096, 1, laun
     fn = k.scatter_req_token_ids_tiled_kernel if plan.tiled else k.scatter_req_token_ids_kernel
     constexpr_names = launch_plan.TILED_CONSTEXPRS if plan.tiled else launch_plan.LANES_CONSTEXPRS
     window = ("start_cols_ptr", "start_cols_stride")  # None unwindowed: constants Triton folds away, no parameter
-    unset = {"IN_ROW": False}  # a candidate's constexpr (benchmarks/windowed_variants.py), at the default the launcher leaves
-    names = [n for n in fn.arg_names if n not in pointers and n not in constexpr_names and n not in window and n not in unset]
-    constexprs = dict(zip(constexpr_names, plan.constexprs), **dict.fromkeys(window), **unset)
+    names = [n for n in fn.arg_names if n not in pointers and n not in constexpr_names and n not in window]
+    constexprs = dict(zip(constexpr_names, plan.constexprs), **dict.fromkeys(window))
     signature = dict(pointers, **{n: "i32" for n in names}, **{n: "constexpr" for n in constexprs})
     source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=aligned)
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": plan.warps})

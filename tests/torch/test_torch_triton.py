@@ -51,13 +51,13 @@ for int_type in ("i32", "i64"):
         window_values = dict(start_cols_stride=1) if windowed else dict(start_cols_ptr=None, start_cols_stride=None)
         signature = dict(flat_in_ptr="*i64", offsets_ptr="*i64", rows_ptr="*i64", pool_ptr="*i32",
                          **{name: int_type for name in ints}, **window,
-                         **{name: "constexpr" for name in launch.LANES_CONSTEXPRS}, IN_ROW="constexpr")
+                         **{name: "constexpr" for name in launch.LANES_CONSTEXPRS})
         for block, warps, _ in (launch.SMALL, launch.LARGE):
             multiplies = {}
             for wide, unit, one in ((w, u, o) for w in (False, True) for u in (False, True) for o in (False, True)):
                 values = (block, wide, unit, True, one, windowed)
                 source = ASTSource(fn=k.scatter_req_token_ids_kernel, signature=signature,
-                                   constexprs={**dict(zip(launch.LANES_CONSTEXPRS, values)), **window_values, "IN_ROW": False})
+                                   constexprs={**dict(zip(launch.LANES_CONSTEXPRS, values)), **window_values})
                 compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
                 ptx = compiled.asm["ptx"]
                 assert "st.global" in ptx
@@ -68,10 +68,6 @@ for int_type in ("i32", "i64"):
             per_thread = block // (32 * warps)
             assert all(multiplies[wide, False, one] - multiplies[wide, True, one] >= per_thread
                        for wide in (False, True) for one in (False, True)), multiplies
-            if windowed:  # the candidate short-branch test of benchmarks/windowed_variants.py compiles too
-                values = dict(zip(launch.LANES_CONSTEXPRS, (block, False, True, True, True, True)), IN_ROW=True)
-                source = ASTSource(fn=k.scatter_req_token_ids_kernel, signature=signature, constexprs={**values, **window_values})
-                assert "st.global" in triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}).asm["ptx"]
 # The tiled kernel (contiguous arguments, the LARGE shape): its tiles store 16 bytes at a time, edges included.
 # What is held is the kind of store, not Triton's instruction counts (which move with its versions): every
 # thread's share of a tile goes out in 16-byte (or wider) vectors on both store paths of a tile (whole tiles and
@@ -88,16 +84,12 @@ for int_type in ("i32", "i64"):
         window_values = dict(start_cols_stride=1) if windowed else dict(start_cols_ptr=None, start_cols_stride=None)
         signature = dict(flat_in_ptr="*i64", offsets_ptr="*i64", rows_ptr="*i64", pool_ptr="*i32",
                          **{name: int_type for name in tiled_ints}, **window, BLOCK="constexpr", DENSE="constexpr",
-                         WINDOWED="constexpr", IN_ROW="constexpr")
+                         WINDOWED="constexpr")
         block, warps = launch.LARGE[0], launch.TILED_WARPS
         aligned = {(3,): [["tt.divisibility", 16]]}  # the pool pointer 16-byte aligned, as Triton specializes it
-        def tiled(in_row):
-            source = ASTSource(fn=k.scatter_req_token_ids_tiled_kernel, signature=signature, attrs=aligned,
-                               constexprs={"BLOCK": block, "DENSE": True, "WINDOWED": windowed, "IN_ROW": in_row, **window_values})
-            return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}).asm["ptx"]
-        ptx = tiled(False)
-        if windowed:  # the candidate short-branch test of benchmarks/windowed_variants.py compiles too, with the same loads
-            assert loads(tiled(True)) == loads(ptx)
+        source = ASTSource(fn=k.scatter_req_token_ids_tiled_kernel, signature=signature, attrs=aligned,
+                           constexprs={"BLOCK": block, "DENSE": True, "WINDOWED": windowed, **window_values})
+        ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}).asm["ptx"]
         assert params(ptx) - 4 - len(tiled_ints) - windowed in (0, 1, 2), params(ptx)
         tiled_loads[int_type, windowed] = loads(ptx)
         if not windowed:
