@@ -34,19 +34,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from kv_canary_torch.launch.plan import ASSIGN_GROUP, assign_grid
 from kv_canary_torch.triton_kernel import INT64_MAX, clipped_window
 
-GROUP = 16  # requests a program
+GROUP = ASSIGN_GROUP  # requests a program (the grid's rule, with the programs per group: launch.plan.assign_grid)
 PREFIX = 1024  # lengths a prefix-loop iteration sums
 BLOCK = 128  # cells a copy iteration writes
-# Programs per group: enough to fill the GPU when the groups are few, at most MAX_SPLIT (grid axis 1 <= 65535).
-TARGET_PROGRAMS = 1024
-MAX_SPLIT = 64
-
-
-def split_for(n_groups: int) -> int:
-    """Grid axis 1 for ``n_groups`` groups: from ``bs`` alone (the cells per group are on the device)."""
-    return max(1, min(MAX_SPLIT, -(-TARGET_PROGRAMS // max(n_groups, 1))))
 
 
 @triton.jit
@@ -129,14 +122,17 @@ def assign_kernel(
             k0 += tl.num_programs(1) * BLOCK
 
 
-def launch(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size: int) -> None:
-    """One launch over checked tensors on one device (nothing when ``batch_size`` is 0); no host sync."""
-    if batch_size == 0:
-        return
-    n_groups = -(-batch_size // GROUP)
+def launch(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size: int):
+    """One launch over checked tensors on the current device (nothing when ``batch_size`` is 0: None); no host sync.
+
+    Returns what Triton's launch returns (its compiled kernel). The arguments after the five pointers are the
+    ``ASSIGN_INTS`` ints in the order ``native.cpp``'s ``assign_plan`` passes them."""
+    grid = assign_grid(batch_size)
+    if grid is None:
+        return None
     n_rows, width = req_to_token.shape
     stride_row, stride_col = req_to_token.stride()
-    assign_kernel[(n_groups, split_for(n_groups))](
+    return assign_kernel[grid](
         req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc,
         batch_size, out_cache_loc.shape[0], n_rows, width,
         req_pool_indices.stride(0), start_offset.stride(0), end_offset.stride(0), out_cache_loc.stride(0),

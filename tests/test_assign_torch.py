@@ -155,6 +155,52 @@ def test_gpu_is_sglangs_table_on_its_inputs(bs, new_tokens, dtype):
 
 @gpu
 @needs_cuda
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_gpu_later_calls_are_served_by_the_native_call_path_with_sglangs_tables(dtype):
+    """The serving pattern: one table, bs and lengths new every call, per-request arrays longer than bs (entries
+    past it never read). The first call remembers the signature; every later one is served in one C++ call."""
+    from kv_canary.baseline_assign import sglang_style_assign
+    from kv_canary_torch.launch import dispatch, native
+
+    n_rows, width = 2100, 4097
+    ours = torch.from_numpy(sentinel_pool(n_rows, width)).cuda()
+    theirs = ours.clone()
+    steps = [(1, 1), (64, 1), (300, 37), (8, 2048), (1000, 1), (17, 5), (1024, 1), (2, 3)]
+    for k, (bs, new_tokens) in enumerate(steps):
+        rng = np.random.default_rng(k)
+        lengths = np.full(bs, new_tokens, np.int64)
+        start = rng.integers(0, width - lengths + 1)
+        rows = rng.permutation(n_rows)[:bs]
+        loc = rng.integers(0, 2**31 - 1, int(lengths.sum()))
+        pad = lambda x: torch.from_numpy(np.concatenate([x, np.full(3, 10**6)]).astype(dtype)).cuda()  # noqa: E731
+        arguments = (pad(rows), pad(start), pad(start + lengths), torch.from_numpy(loc.astype(dtype)).cuda())
+        if k == 1:  # the first call remembered the signature and built (or loaded) the native piece
+            assert native.module() is not None, native.unavailable_reason()
+            assert dispatch.served() is not None, "the call path is not configured"
+            served = dispatch.served()
+        assign_req_to_token_pool_func(arguments[0], ours, arguments[1], arguments[2], arguments[3], bs)
+        sglang_style_assign(arguments[0], theirs, arguments[1], arguments[2], arguments[3], bs)
+        assert torch.equal(ours, theirs), (bs, new_tokens)
+    assert dispatch.served() == served + len(steps) - 1
+    before = ours.clone()
+    rows, start, end, loc = arguments
+    for call, error in (  # the remembered signature with lengths that do not relate: the spec's errors, nothing written
+        (lambda: assign_req_to_token_pool_func(rows, ours, start, end, loc, rows.shape[0] + 1), errors.KvCanaryValueError),
+        (lambda: assign_req_to_token_pool_func(rows, ours, start[:1], end, loc, 2), errors.KvCanaryValueError),
+        (lambda: assign_req_to_token_pool_func(rows, ours, start, end, loc, -1), errors.KvCanaryValueError),
+        (lambda: assign_req_to_token_pool_func(rows, ours, start, end, loc, True), errors.KvCanaryTypeError),
+        (lambda: assign_req_to_token_pool_func(rows, ours, start, end, loc.float(), 2), errors.KvCanaryTypeError),
+    ):
+        served = dispatch.served()
+        with pytest.raises(error):
+            call()
+        assert dispatch.served() == served
+    torch.cuda.synchronize()
+    assert torch.equal(ours, before)
+
+
+@gpu
+@needs_cuda
 def test_gpu_compiles_one_kernel_for_every_batch_size_and_table():
     from kv_canary_torch import assign_kernel
 
