@@ -204,11 +204,13 @@ def test_gpu_later_calls_are_served_by_the_native_call_path_with_sglangs_tables(
 def test_gpu_compiles_one_kernel_for_every_batch_size_and_table():
     from kv_canary_torch import assign_kernel
 
+    caches = assign_kernel.assign_kernel.device_caches
+    compiled = lambda: sum(len(cache[0]) for cache in caches.values())  # noqa: E731 (earlier tests' variants count too)
+    before = compiled()
     for bs, width in ((1, 17), (3, 4097), (64, 33), (1000, 2049), (5000, 5)):
         batch = sglang_inputs(bs, width, 1)
         run(batch, "triton", "cuda")
-    caches = assign_kernel.assign_kernel.device_caches
-    assert sum(len(cache[0]) for cache in caches.values()) == 1
+    assert compiled() - before <= 1  # int64 indices, contiguous: one variant, compiled here unless an earlier test did
 
 
 @gpu

@@ -119,8 +119,8 @@ def test_the_layout_must_be_four_pointers_the_ints_and_scratch(sizes, n_ints, sc
     assert native.layout(sizes, n_ints) == scratch
 
 
-# Both kernels compiled for sm_90 as the launcher's plans launch them (i32 ints, 16-byte aligned pointers): the
-# native piece takes each of them, with the plan's ints. A fresh process: this one may run Triton interpreted.
+# Both kernels compiled for sm_90 as the launcher's plans launch them (i32 ints, 16-byte aligned pointers), and the
+# assignment kernel as dispatch.launch_assign keeps it: the native piece takes each of them, with the plan's ints. A fresh process: this one may run Triton interpreted.
 KERNELS_BIND = """
 import triton
 from triton.backends.compiler import GPUTarget
@@ -146,6 +146,21 @@ for bs, width, n_tokens, flat_stride, kind in ((1024, 4097, 1024 * 4096, 1, laun
     assert native.plain_launch(compiled.metadata), compiled.metadata
     assert native.layout(sizes, len(plan.ints)) is not None, sizes
     assert f".reqntid {32 * plan.warps}" in compiled.asm["ptx"]  # the threads the launcher gives it
+from kv_canary_torch import assign_kernel as a
+assign_pointers = ("rows_ptr", "table_ptr", "start_ptr", "end_ptr", "loc_ptr")
+assign_constexprs = dict(GROUP=a.GROUP, PREFIX=a.PREFIX, BLOCK=a.BLOCK)
+ints = [n for n in a.assign_kernel.arg_names if n not in assign_pointers and n not in assign_constexprs]
+assert ints == ["bs", "n_tokens", "n_rows", "width", "rows_stride", "start_stride", "end_stride", "loc_stride",
+                "stride_row", "stride_col"]  # the order native.cpp's assign_plan passes them in
+for index in ("*i64", "*i32"):
+    signature = dict(rows_ptr=index, table_ptr="*i32", start_ptr=index, end_ptr=index, loc_ptr=index,
+                     **{n: "i32" for n in ints}, **{n: "constexpr" for n in assign_constexprs})
+    source = ASTSource(fn=a.assign_kernel, signature=signature, constexprs=assign_constexprs,
+                       attrs={(i,): [["tt.divisibility", 16]] for i in range(5)})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    sizes = native.entry_params(compiled.asm["ptx"], compiled.metadata.name)
+    assert native.plain_launch(compiled.metadata), compiled.metadata
+    assert native.layout(sizes, launch_plan.ASSIGN_INTS, 0, 5) is not None, sizes
 print("bindable")
 """
 @pytest.mark.skipif(cuda_available(), reason="on a GPU test_torch_gpu.py binds the compiled kernels themselves")
