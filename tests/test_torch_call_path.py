@@ -6,6 +6,9 @@ eager call whose argument signature a checked launch has remembered
 Triton kernel, with the native piece configured as the call path and
 stand-ins for the kernels a GPU would bind; the piece's signature, planning
 and launches are in test_launch_native.py, real launches in test_torch_gpu.py.
+The assignment (``assign_req_to_token_pool_func``: ``dispatch.assign_bound``,
+``remember_assign``) likewise, and end to end through the stand-in driver for
+its hostile arguments.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from kv_canary_torch import assign_req_to_token_pool_func, launch_scatter_req_to
 from kv_canary_torch.launch import dispatch, plan as launch_plan
 from shared_spec import assignment, errors, scatter_reference
 from tests.strategies import large_batch
+from tests.test_launch_native import c_module, driver  # noqa: F401 (the stand-in driver fixture and its piece)
 from tests.torch_support import as_numpy, native_module
 
 BATCH = large_batch(bs=3, width=40, seed=5)
@@ -250,3 +254,26 @@ def test_the_signature_assign_bound_gives_is_the_one_remembered(remembering, mon
     monkeypatch.setattr(dispatch, "assign_bound", lambda *a: b"the signature assign gave")
     assign_req_to_token_pool_func(*assignment_arguments(), backend="triton")
     assert list(memo) == [b"the signature assign gave"]
+
+
+HOSTILE = ["meta", "sparse", "negative_bit", "freed", "inference", "read_only_numpy"]
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_hostile_assignment_with_a_remembered_signature_gets_the_specs_error(remembering, driver, monkeypatch, name):
+    """The valid call's signature remembered with a kernel, launched through the stand-in driver: a hostile argument
+    of that call (the reader's declines, or a signature of its own that was never remembered) is never launched."""
+    from tests.test_assign_torch import hostile
+
+    c, memo, _ = remembering
+    monkeypatch.setattr(dispatch, "_raw_stream", lambda device: 0x5000)
+    dispatch._configure(c)  # with the stand-in stream: a launch reaches the stand-in driver
+    valid = hostile(None)
+    memo[c.assign_signature("triton", *valid.values(), 2)] = [c.bind(0x4444, 128, 0, launch_plan.ASSIGN_INTS, 0, None, 0, 5)]
+    served = c.served()
+    assign_req_to_token_pool_func(*valid.values(), 2, backend="triton")  # served by the stand-in driver: nothing written
+    assert c.served() == served + 1 and (valid["req_to_token"] == -5).all()
+    arguments = hostile(name)
+    with pytest.raises((errors.KvCanaryTypeError, errors.KvCanaryValueError)):
+        assign_req_to_token_pool_func(*arguments.values(), 2, backend="triton")
+    assert c.served() == served + 1
