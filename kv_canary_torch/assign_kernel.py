@@ -4,8 +4,8 @@ Import this module only when a Triton launch is about to happen (``TRITON_INTERP
 runs, as for ``triton_kernel``, whose window math this kernel reuses).
 
 Grid ``(cdiv(bs, GROUP), SPLIT)`` (``launch.plan.assign_grid``: a function of ``bs`` alone); program ``(g, s)`` serves
-the requests ``g * GROUP + [0, GROUP)``, and stops after their two loads where ``s * BLOCK`` is past a bound on their cells (``C - clip(start, 0, C)`` each, ``min``-ed with a
-positive length, 0 for a zero one)::
+the requests ``g * GROUP + [0, GROUP)``, and stops after their two loads where ``s * BLOCK`` is past a bound on their
+cells (``C - clip(start, 0, C)`` each, ``min``-ed with a positive length, 0 for a zero one)::
 
     pt0   = sum of end - start over the requests before the group      -- a loop of PREFIX-wide blocks
     len   = end - start of the group's requests (int64, widened from int32; 0 past bs)

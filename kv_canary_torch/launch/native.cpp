@@ -19,10 +19,10 @@
  *       `owner` (the compiled kernel that owns the function) is kept alive as long as the capsule. ValueError,
  *       TypeError or OverflowError when anything does not fit.
  *   configure(*, memo, tensor_type, hooks, raw_stream, current_device, rule) -> None
- *       `memo` is a dict from signature (below) to a list of rule["slots"] entries, each None or a kernel of
- *       `bind` (the variants of plan.py's slots), which the caller fills after a call with that signature passed
- *       its checks; `tensor_type` is the exact type the arguments must have (torch.Tensor: no subclass, no other
- *       framework's array); `hooks` holds Triton's launch hooks (`launch_enter_hook`, `launch_exit_hook`: none
+ *       `memo` is a dict from signature (below) to a list of rule["slots"] entries (an assignment's signature: one),
+ *       each None or a kernel of `bind` (the variants of plan.py's slots), which the caller fills after a call with
+ *       that signature passed its checks; `tensor_type` is the exact type the arguments must have (torch.Tensor:
+ *       no subclass, no other framework's array); `hooks` holds Triton's launch hooks (`launch_enter_hook`, `launch_exit_hook`: none
  *       is installed when each is absent, None or has an empty `calls`); `raw_stream(device)` is the device's
  *       current stream as an int; `current_device()` is the current device's index, or None where the process
  *       sees one device; `rule` maps plan.native_config()'s names to the launch rule's numbers and the slots', the
@@ -31,8 +31,8 @@
  *   signature(backend, flat_in, offsets, req_pool_indices, pool_out[, start_cols]) -> bytes | None
  *       The op's tag (an 8-byte word: 0 for the scatter, 1 for the assignment, so that the two ops' memo entries
  *       never meet), then each argument's metadata (read_meta) with its data pointer zeroed, and with the length
- *       of each of the first three zeroed (N, bs + 1 and bs: what changes every serving step), then start_cols' likewise (its
- *       length bs zeroed) where it is given and not None (a windowed call), then the backend's UTF-8. None when
+ *       of each of the first three zeroed (N, bs + 1 and bs: what changes every serving step), then start_cols'
+ *       likewise (its length bs zeroed) where it is given and not None (a windowed call), then the backend's UTF-8. None when
  *       `backend` is not exactly a str (or has no UTF-8), an argument is not exactly `tensor_type`, or read_meta
  *       declines one. TypeError for a wrong argument count, RuntimeError before `configure`. Every argument
  *       check of the spec is a function of the signature and of one relation between the zeroed lengths
@@ -659,7 +659,8 @@ int launch_remembered(const Op &op, PyObject *backend, const TensorMeta *m, cons
     PyObject *capsule = PyList_GET_ITEM(family, launch.slot);
     if (!PyCapsule_IsValid(capsule, CAPSULE_NAME)) return 0;
     const auto *kernel = static_cast<const Kernel *>(PyCapsule_GetPointer(capsule, CAPSULE_NAME));
-    if (kernel->n_ints != launch.n_ints || kernel->n_pointers != op.n_pointers || kernel->n_pointers + kernel->n_window != n)
+    if (kernel->n_ints != launch.n_ints || kernel->n_pointers != op.n_pointers ||
+        kernel->n_pointers + kernel->n_window != n)
         return 0;
     uint64_t pointers[MAX_TENSORS], any = 0;
     for (int i = 0; i < n; ++i) any |= pointers[i] = m[i].data;
@@ -725,7 +726,9 @@ PyObject *call_of(const Op &op, PyObject *const *args, Py_ssize_t nargs) {
 }
 
 PyObject *call(PyObject *, PyObject *const *args, Py_ssize_t nargs) { return call_of(scatter_op, args, nargs); }
-PyObject *signature(PyObject *, PyObject *const *args, Py_ssize_t nargs) { return signature_of(scatter_op, args, nargs); }
+PyObject *signature(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    return signature_of(scatter_op, args, nargs);
+}
 PyObject *assign(PyObject *, PyObject *const *args, Py_ssize_t nargs) { return call_of(assign_op, args, nargs); }
 PyObject *assign_signature(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     return signature_of(assign_op, args, nargs);
