@@ -17,8 +17,9 @@ requests of 1-511 tokens. Every table a part writes is compared with ``assignmen
    ``kv_canary.bench``'s ``flushed_us`` and ``chained_us`` (the runs taking turns); ``ratio``: ours over the baseline.
 2. Host time in the serving pattern (``host``): ``kv_canary.bench_host``'s timer and rounds (``time_calls``) over
    calls whose ``bs`` and lengths change every call (decode: one token each, bs in ``bench_host.BS_RANGE``;
-   extend: lengths in ``bench_host.LENGTHS``), ours, the baseline's launch (sglang's call: ``next_power_of_2`` and
-   the launch) and one eager torch op, interleaved.
+   extend: lengths in ``bench_host.LENGTHS``), ours (its signature remembered by one call first, so that the
+   launcher's native call path serves the timed calls; the share it served is reported), the baseline's launch
+   (sglang's call: ``next_power_of_2`` and Triton's launch) and one eager torch op, interleaved.
 3. JAX (``jax``): the marginal cost in ``kv_canary.bench_step``'s serving-like jitted step (its ``Step``, timer and
    rounds: ``MATMULS`` bf16 matmuls, the table donated) of ``kv_canary_jax.assign_req_to_token_pool`` (its default
    implementation) and its ``xla`` path (``implementation="xla"``, the CPU and TPU default) beside
@@ -142,7 +143,11 @@ def host_steps(torch, pattern: str, count: int, table: tuple, device: str, seed:
 
 
 def host_figures(torch, config: Config) -> dict:
-    """Each pattern's per-call host time (module docstring, part 2): ``{pattern/run: {median_us, p90_us}}``."""
+    """Each pattern's per-call host time (module docstring, part 2): ``{pattern/run: {median_us, p90_us}}``; ours also
+    has ``native_share``: the share of its timed and warm-up calls the launcher's native call path served (None where
+    it is off: no GPU, no C++ compiler), so that the table says which path it timed."""
+    from kv_canary_torch.launch import dispatch
+
     device, calls = config.device, _calls(torch)
     table = (min(config.table[0], bench_host.POOL[0]), min(config.table[1], bench_host.POOL[1]))
     tables = {name: torch.full(table, SENTINEL, dtype=torch.int32, device=device) for name in HOST_RUNS}
@@ -151,8 +156,13 @@ def host_figures(torch, config: Config) -> dict:
         steps = host_steps(torch, pattern, config.host_calls, table, device)
         runs = {name: (lambda *s, name=name: calls[name](s[0], tables[name], *s[1:]), steps, None) for name in RUNS}
         runs["torch_op"] = (lambda *_: tables["torch_op"].add_(0), steps, None)
+        calls["ours"](steps[0][0], tables["ours"], *steps[0][1:])  # a signature's first call: checked, then remembered
+        before = dispatch.served()
         for name, ns in bench_host.time_calls(torch, runs, config.host_rounds, sync=_sync(torch, device)).items():
             results[f"{pattern}/{name}"] = bench_host.summary(ns)
+        after = dispatch.served()
+        ours_calls = len(steps) * (config.host_rounds + 1)  # the warm-up round's too
+        results[f"{pattern}/ours"]["native_share"] = None if before is None else (after - before) / ours_calls
     return results
 
 
@@ -270,13 +280,20 @@ def render(figures: dict) -> str:
         lines.append(f"| {r['case']} | {r['slots']} | {_cell(r['ours_us'])} | {_cell(r['baseline_us'])} | {_cell(r['ratio'], 3)} "
                      f"| {_cell(r['ours_chained_us'])} | {_cell(r['baseline_chained_us'])} | {_cell(r['ratio_chained'], 3)} |")
     parts.append("\n".join(lines))
-    lines = ["| pattern | ours | sglang's launch | one torch op (table.add_(0)) |", "|---|---:|---:|---:|"]
+    lines = ["| pattern | ours | sglang's launch | one torch op (table.add_(0)) | ours served natively |",
+             "|---|---:|---:|---:|---:|"]
     for pattern in HOST_PATTERNS:
         cells = [f"{figures['host'][f'{pattern}/{n}']['median_us']:.2f} / {figures['host'][f'{pattern}/{n}']['p90_us']:.2f}"
                  for n in HOST_RUNS]
+        native_share = figures["host"][f"{pattern}/ours"].get("native_share")
+        cells.append("off" if native_share is None else f"{100 * native_share:.0f}%")
         lines.append(f"| {pattern} (bs and lengths change every call) | " + " | ".join(cells) + " |")
     parts += ["## torch: the assignment's host time in the serving pattern",
-              bench_markdown.prose("us per call, median / 90th percentile (`kv_canary/bench_host.py`'s timer), interleaved."),
+              bench_markdown.prose(
+                  "us per call, median / 90th percentile (`kv_canary/bench_host.py`'s timer), interleaved: ours "
+                  "(`assign_req_to_token_pool_func`, its signature remembered by one call before, so the launcher's "
+                  "native call path serves it), sglang's call of its kernel (`next_power_of_2` and Triton's launch), "
+                  "one eager torch op; *ours served natively*: the share of our calls the native call path served."),
               "\n".join(lines)]
     if figures.get("jax"):
         lines = ["| case | slots | runs | library marginal us | vs plain | xla marginal us | vs plain | plain marginal us |",

@@ -16,8 +16,13 @@ call), ``"torch"`` and ``"pallas"``: the composition of ``assignment.windows`` (
 and the scatter's launcher with ``start_cols`` on that backend (the torch backend syncs once: see
 ``torch_backend``).
 
-The launch is ``_launch_triton``, one function of the checked tensors and ``batch_size``, so that the C call
-path of ``launch/`` can take it over.
+The call path (``launch.dispatch``): the first call of an argument signature (``native.cpp``'s: the tensors'
+metadata with the per-request and token lengths zeroed, the backend named) runs the checks and Triton's launch
+(``_launch_triton``), then is remembered (``dispatch.remember_assign``); a later call with that signature, whose
+``batch_size`` is an int (or None) within each per-request length and ``MAX_REQUESTS``, is checked and launched in
+one C++ call (``dispatch.assign_bound``), the scatter's native call path with the assignment's op: every check is a
+function of the signature and those relations. The Triton launch's parameters are all the kernel takes:
+``batch_size`` as an int, so entries past it are never read.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from kv_canary_arrays import adopt
 from kv_canary_arrays.describe import TORCH, describe
 from kv_canary_torch import backends
 from kv_canary_torch.checks import TORCH_DIALECT
+from kv_canary_torch.launch import dispatch
 from kv_canary_torch.launcher import launch_scatter_req_token_ids_kernel
 from shared_spec import assignment, errors
 
@@ -41,6 +47,11 @@ def assign_req_to_token_pool_func(
 ) -> None:
     """``req_to_token[req_pool_indices[r], start_offset[r]:end_offset[r]] = out_cache_loc[pt_r : pt_r + len_r]`` for
     ``r < batch_size``, ``pt_r`` the running sum of the lengths; clipped to the table (``shared_spec.assignment``)."""
+    signature = dispatch.assign_bound(
+        backend, req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size
+    )
+    if signature is True:  # a remembered signature, its lengths related: checked and launched in C++
+        return
     values = (req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc)
     if fast_check(*values, batch_size):
         bs = req_pool_indices.shape[0] if batch_size is None else batch_size
@@ -53,6 +64,7 @@ def assign_req_to_token_pool_func(
         raise errors.retitled(error) from None
     if implementation == backends.TRITON:
         _launch_triton(rows, table, start, end, loc, bs)
+        dispatch.remember_assign(signature, backend, rows, table, start, end, loc, batch_size)
     else:
         _compose(rows, table, start, end, loc, bs, implementation)
 
@@ -72,10 +84,9 @@ def _slow_path(values, batch_size) -> tuple:
 
 
 def _launch_triton(rows, table, start, end, loc, batch_size: int) -> None:
-    """The Triton kernel's launch on checked tensors (``assign_kernel.launch``; imported at the first launch)."""
-    from kv_canary_torch import assign_kernel
+    """The Triton kernel's launch on checked tensors through Triton's launch (``dispatch.launch_assign``)."""
+    dispatch.launch_assign(rows, table, start, end, loc, batch_size)
 
-    assign_kernel.launch(rows, table, start, end, loc, batch_size)
 
 
 def _compose(rows, table, start, end, loc, batch_size: int, implementation: str) -> None:

@@ -3,11 +3,12 @@
 Import this module only when a Triton launch is about to happen (``TRITON_INTERPRET`` is read when ``@triton.jit``
 runs, as for ``triton_kernel``, whose window math this kernel reuses).
 
-Grid ``(cdiv(bs, GROUP), SPLIT)``; program ``(g, s)`` serves the requests ``q = g * GROUP + [0, GROUP)`` as the rows
-of a ``[GROUP, BLOCK]`` block, one request a row, ``BLOCK`` of its columns a row, and takes every ``SPLIT``-th
-chunk of ``BLOCK`` columns from chunk ``s``. It stops after two loads where ``s * BLOCK`` is past a bound on the
-longest window of the group (``C - clip(start, 0, C)`` each, ``min``-ed with a positive length, 0 for a zero
-one)::
+Grid ``(cdiv(bs, GROUP), SPLIT)`` (``launch.plan.assign_grid``: a function of ``bs`` alone); program ``(g, s)``
+serves the requests ``q = g * GROUP + [0, GROUP)`` as the rows of a ``[GROUP, BLOCK]`` block, one request a row,
+``BLOCK`` of its columns a row, and takes every ``SPLIT``-th chunk of ``BLOCK`` columns from chunk ``s``. Program
+``(g, 0)`` issues every load of its group at once (nothing it loads waits on another); a program ``(g, s > 0)``
+stops after two loads where ``s * BLOCK`` is past a bound on the longest window of the group (``C - clip(start, 0,
+C)`` each, ``min``-ed with a positive length, 0 for a zero one)::
 
     pt0   = sum of end - start over the requests before the group      -- a loop of PREFIX-wide blocks
     len   = end - start of the group's requests (int64, widened from int32; 0 past bs)
@@ -36,19 +37,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from kv_canary_torch.launch.plan import ASSIGN_GROUP, assign_grid
 from kv_canary_torch.triton_kernel import INT64_MAX, clipped_window
 
-GROUP = 16  # requests a program: the rows of its block
+GROUP = ASSIGN_GROUP  # requests a program (the grid's rule, with the programs per group: launch.plan.assign_grid)
 PREFIX = 1024  # lengths a prefix-loop iteration sums
 BLOCK = 32  # columns of a request a chunk writes
-# Programs per group: enough to fill the GPU when the groups are few, at most MAX_SPLIT (grid axis 1 <= 65535).
-TARGET_PROGRAMS = 1024
-MAX_SPLIT = 64
-
-
-def split_for(n_groups: int) -> int:
-    """Grid axis 1 for ``n_groups`` groups: from ``bs`` alone (the cells per group are on the device)."""
-    return max(1, min(MAX_SPLIT, -(-TARGET_PROGRAMS // max(n_groups, 1))))
 
 
 @triton.jit
@@ -86,51 +80,73 @@ def assign_kernel(
     mine = r < bs
     start = tl.load(start_ptr + r * start_stride, mask=mine, other=0).to(tl.int64)
     end = tl.load(end_ptr + r * end_stride, mask=mine, other=0).to(tl.int64)
+    if split == 0:
+        # The group's first chunk: its loads (the prefix's, the rows') wait on nothing, so they are in flight with
+        # the group's two (a decode step's only program of a group, as short a chain of loads as sglang's).
+        copy_group(rows_ptr, table_ptr, start_ptr, end_ptr, loc_ptr, start, end, r, mine, first_request, split * BLOCK,
+                   n_tokens, n_rows, width, rows_stride, start_stride, end_stride, loc_stride, stride_row, stride_col,
+                   PREFIX, BLOCK)
+    else:
+        # A bound on the group's longest window without the running sum: a request writes at most C - shift
+        # columns, none where its length is 0, at most its length where that is positive; a negative length may
+        # still write (the wrapped running sum can make its successor's segment [-1, 2**63 - 1]), so it gets C -
+        # shift. A program with no chunk under the bound stops here, before the prefix loop (a decode step's
+        # groups have one chunk).
+        length = end - start
+        room = width - tl.minimum(tl.maximum(start, 0), width)
+        at_most = tl.max(tl.where(length > 0, tl.minimum(length, room), tl.where(length == 0, 0, room)), axis=0)
+        if split * BLOCK < at_most:
+            copy_group(rows_ptr, table_ptr, start_ptr, end_ptr, loc_ptr, start, end, r, mine, first_request,
+                       split * BLOCK, n_tokens, n_rows, width, rows_stride, start_stride, end_stride, loc_stride,
+                       stride_row, stride_col, PREFIX, BLOCK)
+
+
+@triton.jit
+def copy_group(rows_ptr, table_ptr, start_ptr, end_ptr, loc_ptr, start, end, r, mine, first_request, c0,
+               n_tokens, n_rows, width, rows_stride, start_stride, end_stride, loc_stride, stride_row, stride_col,
+               PREFIX: tl.constexpr, BLOCK: tl.constexpr):
+    """This program's chunks of the group's requests ``r`` (``mine``: ``r < bs``; ``start``, ``end`` loaded), from
+    column chunk ``c0`` (the module docstring's loop)."""
+    row = tl.load(rows_ptr + r * rows_stride, mask=mine, other=-1).to(tl.int64)
+    # The running sum before the group: fixed-width blocks of lengths, wrapping int64 as sglang's sum.
+    pt0 = tl.zeros((), tl.int64)
+    b = first_request - first_request
+    while b < first_request:
+        idx = b + tl.arange(0, PREFIX)
+        m = idx < first_request
+        s = tl.load(start_ptr + idx * start_stride, mask=m, other=0).to(tl.int64)
+        e = tl.load(end_ptr + idx * end_stride, mask=m, other=0).to(tl.int64)
+        pt0 += tl.sum(e - s, axis=0)
+        b += PREFIX
     length = end - start
-    # A bound on the group's longest window without the running sum: a request writes at most C - shift columns,
-    # none where its length is 0, at most its length where that is positive; a negative length may still write (the
-    # wrapped running sum can make its successor's segment [-1, 2**63 - 1]), so it gets C - shift. A program with no
-    # chunk under the bound stops here, before the prefix loop (a decode step's groups have one chunk).
-    room = width - tl.minimum(tl.maximum(start, 0), width)
-    at_most = tl.max(tl.where(length > 0, tl.minimum(length, room), tl.where(length == 0, 0, room)), axis=0)
-    c0 = split * BLOCK
-    if c0 < at_most:
-        # The running sum before the group: fixed-width blocks of lengths, wrapping int64 as sglang's sum.
-        pt0 = tl.zeros((), tl.int64)
-        b = first_request - first_request
-        while b < first_request:
-            idx = b + tl.arange(0, PREFIX)
-            m = idx < first_request
-            s = tl.load(start_ptr + idx * start_stride, mask=m, other=0).to(tl.int64)
-            e = tl.load(end_ptr + idx * end_stride, mask=m, other=0).to(tl.int64)
-            pt0 += tl.sum(e - s, axis=0)
-            b += PREFIX
-        row = tl.load(rows_ptr + r * rows_stride, mask=mine, other=-1).to(tl.int64)
-        pt = pt0 + tl.cumsum(length, axis=0) - length  # the windowed scatter's offsets[r]
-        base, lo, hi, shift = vector_window(pt, pt + length, start, width, n_tokens)
-        hi = tl.where(mine & (row >= 0) & (row < n_rows), hi, lo)
-        longest = tl.max(hi - lo, axis=0)  # hi >= lo (written_columns)
-        # Request q's column j reads out_cache_loc[base_q + j] and writes the table's element offset
-        # row_q * stride_row + (shift_q + j) * stride_col.
-        token_at = (base + lo)[:, None]
-        cell_at = (tl.where(mine & (row >= 0) & (row < n_rows), row, 0) * stride_row + (shift + lo) * stride_col)[:, None]
-        width_q = (hi - lo)[:, None]
-        while c0 < longest:
-            j = c0 + tl.arange(0, BLOCK)[None, :]  # [1, BLOCK]: columns past each request's lo
-            m = j < width_q
-            ids = tl.load(loc_ptr + (token_at + j) * loc_stride, mask=m)
-            tl.store(table_ptr + cell_at + j * stride_col, ids.to(tl.int32), mask=m)
-            c0 += tl.num_programs(1) * BLOCK
+    pt = pt0 + tl.cumsum(length, axis=0) - length  # the windowed scatter's offsets[r]
+    base, lo, hi, shift = vector_window(pt, pt + length, start, width, n_tokens)
+    row_ok = mine & (row >= 0) & (row < n_rows)
+    hi = tl.where(row_ok, hi, lo)
+    longest = tl.max(hi - lo, axis=0)  # hi >= lo (written_columns)
+    # Request q's column j reads out_cache_loc[base_q + j] and writes the table's element offset
+    # row_q * stride_row + (shift_q + j) * stride_col.
+    token_at = (base + lo)[:, None]
+    cell_at = (tl.where(row_ok, row, 0) * stride_row + (shift + lo) * stride_col)[:, None]
+    width_q = (hi - lo)[:, None]
+    while c0 < longest:
+        j = c0 + tl.arange(0, BLOCK)[None, :]  # [1, BLOCK]: columns past each request's lo
+        m = j < width_q
+        ids = tl.load(loc_ptr + (token_at + j) * loc_stride, mask=m)
+        tl.store(table_ptr + cell_at + j * stride_col, ids.to(tl.int32), mask=m)
+        c0 += tl.num_programs(1) * BLOCK
 
+def launch(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size: int):
+    """One launch over checked tensors on the current device (nothing when ``batch_size`` is 0: None); no host sync.
 
-def launch(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size: int) -> None:
-    """One launch over checked tensors on one device (nothing when ``batch_size`` is 0); no host sync."""
-    if batch_size == 0:
-        return
-    n_groups = -(-batch_size // GROUP)
+    Returns what Triton's launch returns (its compiled kernel). The arguments after the five pointers are the
+    ``ASSIGN_INTS`` ints in the order ``native.cpp``'s ``assign_plan`` passes them."""
+    grid = assign_grid(batch_size)
+    if grid is None:
+        return None
     n_rows, width = req_to_token.shape
     stride_row, stride_col = req_to_token.stride()
-    assign_kernel[(n_groups, split_for(n_groups))](
+    return assign_kernel[grid](
         req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc,
         batch_size, out_cache_loc.shape[0], n_rows, width,
         req_pool_indices.stride(0), start_offset.stride(0), end_offset.stride(0), out_cache_loc.stride(0),

@@ -19,6 +19,13 @@ Contract:
   arguments have the same signature.
 - ``device_copy() -> copy_to_device | None``: the native piece's asynchronous host-to-device copy (its contract in
   native.cpp) once the piece is loaded, else None (the caller copies through torch).
+- ``launch_assign(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size)``,
+  ``assign_bound(backend, ..., batch_size) -> True | bytes | None`` and
+  ``remember_assign(signature, backend, ..., batch_size)``: the same three for
+  ``assign_req_to_token_pool_func`` (the native piece's ``assign``: the same
+  reader, memo and launch, the assignment's op; one slot a signature).
+- ``served() -> int | None``: the calls the native call path has served (None
+  while it is off).
 - ``use_rule(rule)``: plan every later launch, checked or remembered, under
   ``rule`` (a ``plan.Rule``; tests use small tiles), forgetting the
   signatures remembered under the rule before.
@@ -54,7 +61,7 @@ that call's signature is remembered, so the call path takes it from its
 second call.
 
 What is kept: a compiled and a bound kernel per variant (a handful), and per
-signature a list of ``plan.SLOTS`` kernels; nothing per ``N`` or ``bs``. The
+signature a list of ``plan.SLOTS`` kernels (the assignment's: one); nothing per ``N`` or ``bs``. The
 memo is emptied whole past ``SIGNATURES`` entries, so it cannot grow without
 bound.
 """
@@ -83,6 +90,7 @@ _compiled: dict[tuple, tuple] = {}
 # plan variant -> the native piece's binding of its compiled kernel, or None where it declines
 _kernels: dict[tuple, object] = {}
 _memo: dict[bytes, list] = {}  # argument signature -> its kernels, by plan slot (see the module docstring)
+ASSIGN = "assign"  # the assignment kernel's variants' name (assign_variant)
 _c = None  # the native piece, once loaded and configured
 _loading = threading.Lock()  # held while _load_call_path builds and loads
 
@@ -140,12 +148,50 @@ def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch
             and (start_cols is None or start_cols.stride(0) == 1)):
         tensors = (flat_in, offsets, req_pool_indices, pool_out) + (() if start_cols is None else (start_cols,))
         if not any(t.data_ptr() & 15 for t in tensors):
-            _compiled[plan.variant] = (compiled, len(plan.ints), int(start_cols is not None))
+            _compiled[plan.variant] = (compiled, len(plan.ints), int(start_cols is not None), native.POINTERS)
+
+
+def assign_variant(device: int, req_pool_indices, start_offset, end_offset, out_cache_loc) -> tuple:
+    """The assignment kernel's variant for tensors on ``device``: one compiled kernel per dtype of its four index
+    arguments (its ints are never specialized, its launch constants fixed), a signature's one slot."""
+    return (ASSIGN, device, tuple(str(t.dtype) for t in (req_pool_indices, start_offset, end_offset, out_cache_loc)))
+
+
+def launch_assign(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size: int) -> None:
+    """Enqueue the assignment kernel through Triton's launch (``assign_kernel.launch``) on the current stream of the
+    table's device, over checked tensors; no host sync. Keeps its compiled kernel for ``remember_assign`` where the
+    call had the specialization the call path launches (int32 ints, 16-byte aligned pointers)."""
+    from kv_canary_torch import assign_kernel
+
+    tensors = (req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc)
+    device = req_to_token.get_device()
+    with INTERPRETER_LOCK if interpreted() else contextlib.nullcontext():
+        if device < 0 or device == torch.cuda.current_device():
+            compiled = assign_kernel.launch(*tensors, batch_size)
+        else:  # Triton launches on the current device: make it the table's
+            with torch.cuda.device(device):
+                compiled = assign_kernel.launch(*tensors, batch_size)
+    if device < 0 or compiled is None:
+        return
+    variant = assign_variant(device, req_pool_indices, start_offset, end_offset, out_cache_loc)
+    ints = (batch_size, out_cache_loc.shape[0], *req_to_token.shape, *(t.stride(0) for t in tensors), req_to_token.stride(1))
+    if variant not in _compiled and max(ints) < launch_plan.INT32_END and not any(t.data_ptr() & 15 for t in tensors):
+        _compiled[variant] = (compiled, launch_plan.ASSIGN_INTS, 0, len(tensors))
 
 
 def _no_call(backend, flat_in, offsets, req_pool_indices, pool_out, start_cols=None):
     """``call_bound`` while the call path is off: nothing is launched, no signature read."""
     return None
+
+
+def _no_assign(backend, req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size):
+    """``assign_bound`` while the call path is off."""
+    return None
+
+
+# assign_bound(backend, req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size) -> True |
+# bytes | None: the native piece's assign (the same call path, the assignment's op) while it is on, else _no_assign.
+assign_bound = _no_assign
 
 
 # call_bound(backend, flat_in, offsets, req_pool_indices, pool_out, start_cols=None) -> True | bytes | None: the
@@ -177,11 +223,7 @@ def remember_call(signature, backend, flat_in, offsets, req_pool_indices, pool_o
         signature = _c.signature(backend, flat_in, offsets, req_pool_indices, pool_out, start_cols)
         if signature is None:
             return
-    family = _memo.get(signature)
-    if family is None:
-        if len(_memo) >= SIGNATURES:
-            _memo.clear()
-        family = _memo[signature] = [None] * launch_plan.SLOTS
+    family = _family(signature, launch_plan.SLOTS)
     if None in family:
         variants = launch_plan.slot_variants(
             pool_out.stride(1), flat_in.stride(0), offsets.stride(0), req_pool_indices.stride(0), pool_out.get_device(),
@@ -190,11 +232,40 @@ def remember_call(signature, backend, flat_in, offsets, req_pool_indices, pool_o
         family[:] = [kernel if kernel is not None else _bound(variant) for kernel, variant in zip(family, variants)]
 
 
+def remember_assign(signature, backend, req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc,
+                    batch_size) -> None:
+    """After a checked Triton launch of the assignment (``launch_assign``): let ``assign_bound`` take the next calls
+    with these arguments' signature (``signature``, as ``assign_bound`` gave it; None: read it here), as
+    ``remember_call`` does for the scatter. Its family has one slot: the kernel of ``assign_variant``."""
+    if _c is None and (_tried or not _compiled or not _load_call_path()):
+        return
+    arguments = (req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc)
+    if signature is None:
+        signature = _c.assign_signature(backend, *arguments, batch_size)
+        if signature is None:
+            return
+    family = _family(signature, 1)
+    if family[0] is None:
+        family[0] = _bound(assign_variant(req_to_token.get_device(), req_pool_indices, start_offset, end_offset,
+                                          out_cache_loc))
+
+
+def _family(signature: bytes, slots: int) -> list:
+    """The memo's family of ``signature``, a new one of ``slots`` empty slots where it has none (the memo emptied
+    whole first when it holds ``SIGNATURES``)."""
+    family = _memo.get(signature)
+    if family is None:
+        if len(_memo) >= SIGNATURES:
+            _memo.clear()
+        family = _memo[signature] = [None] * slots
+    return family
+
+
 def _bound(variant: tuple):
-    """The bound kernel of ``variant``: bound now from its compiled kernel where ``launch`` kept one; None if none."""
+    """The bound kernel of ``variant``: bound now from its compiled kernel where a launch kept one; None if none."""
     if variant not in _kernels and variant in _compiled:
-        compiled, n_ints, n_window = _compiled[variant]
-        _kernels[variant] = native.bind(_c, compiled, n_ints, n_window)
+        compiled, n_ints, n_window, n_pointers = _compiled[variant]
+        _kernels[variant] = native.bind(_c, compiled, n_ints, n_window, n_pointers)
     return _kernels.get(variant)
 
 
@@ -221,13 +292,13 @@ def _load_call_path() -> bool:
 
 def _configure(c) -> None:
     """Point the call path at ``c`` over an empty memo, the rule in use and this module's hook, stream and device readers."""
-    global _c, call_bound
+    global _c, call_bound, assign_bound
     current_device = (getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device) if _several_devices() else None
     _memo.clear()
     c.configure(memo=_memo, tensor_type=torch.Tensor, hooks=_hook_holder(), raw_stream=_raw_stream,
                 current_device=current_device, rule=launch_plan.native_config(_rule))
     _c = c
-    call_bound = _no_call if _paused else c.call
+    call_bound, assign_bound = (_no_call, _no_assign) if _paused else (c.call, c.assign)
 
 
 def device_copy():
@@ -245,18 +316,23 @@ def use_rule(rule: launch_plan.Rule) -> None:
         _memo.clear()
 
 
+def served() -> int | None:
+    """How many calls the native call path has served in this process (scatter and assignment), None while it is off."""
+    return None if _c is None else _c.served()
+
+
 @contextlib.contextmanager
 def without_call_path():
     """Inside, every launcher call takes the checked path (for benchmarks: what a signature's first call costs)."""
-    global _paused, call_bound
+    global _paused, call_bound, assign_bound
     _paused += 1
-    call_bound = _no_call
+    call_bound, assign_bound = _no_call, _no_assign
     try:
         yield
     finally:
         _paused -= 1
         if not _paused and _c is not None:
-            call_bound = _c.call
+            call_bound, assign_bound = _c.call, _c.assign
 
 
 @functools.cache

@@ -1,32 +1,39 @@
 /* The launcher's native piece: a remembered call read, planned and launched in C++, no Python frame.
  *
+ * Two ops take this one path, each an `Op` descriptor (its tensors, the lengths its signature zeroes, its length
+ * relations, its plan, its kernels' layout): the scatter (`call`, `signature`) and sglang's assignment
+ * (`assign`, `assign_signature`); the reader, memo, checks of each launch and the launch are the same code.
+ *
  * Contract (module _kv_canary_native; native.py builds and loads it):
  *
  *   load_driver(library="libcuda.so.1") -> None
  *       Resolves cuLaunchKernel, cuCtxGetCurrent and cuGetErrorName from `library` (torch has loaded the real
  *       one), and cuMemcpyHtoDAsync_v2 where it has it (copy_to_device); OSError when it lacks one of the three.
  *       The first library that loads stays.
- *   bind(function, threads, shared, n_ints, n_scratch, owner, n_window=0) -> kernel
+ *   bind(function, threads, shared, n_ints, n_scratch, owner, n_window=0, n_pointers=4) -> kernel
  *       A compiled kernel bound once (a capsule): the CUfunction handle (an int), threads per program, dynamic
- *       shared bytes, and its parameter layout: four 8-byte pointers (flat_in, offsets, req_pool_indices,
- *       pool_out), then n_ints 4-byte signed ints (at most MAX_INTS), then n_window 8-byte pointers (0, or 1
- *       for a windowed kernel: start_cols, whose unit stride Triton compiled in), then n_scratch 8-byte pointers
+ *       shared bytes, and its parameter layout: n_pointers 8-byte pointers (the scatter's four: flat_in, offsets,
+ *       req_pool_indices, pool_out; the assignment's five, in its argument order), then n_ints 4-byte signed ints
+ *       (at most MAX_INTS), then n_window 8-byte pointers (0, or 1 for a windowed scatter kernel: start_cols, whose
+ *       unit stride Triton compiled in; n_pointers + n_window at most MAX_TENSORS), then n_scratch 8-byte pointers
  *       passed null (at most MAX_SCRATCH: Triton's global and profile scratch, which a plain launch leaves null).
  *       `owner` (the compiled kernel that owns the function) is kept alive as long as the capsule. ValueError,
  *       TypeError or OverflowError when anything does not fit.
  *   configure(*, memo, tensor_type, hooks, raw_stream, current_device, rule) -> None
- *       `memo` is a dict from signature (below) to a list of rule["slots"] entries, each None or a kernel of
- *       `bind` (the variants of plan.py's slots), which the caller fills after a call with that signature passed
- *       its checks; `tensor_type` is the exact type the arguments must have (torch.Tensor: no subclass, no other
- *       framework's array); `hooks` holds Triton's launch hooks (`launch_enter_hook`, `launch_exit_hook`: none
+ *       `memo` is a dict from signature (below) to a list of rule["slots"] entries (an assignment's signature: one),
+ *       each None or a kernel of `bind` (the variants of plan.py's slots), which the caller fills after a call with
+ *       that signature passed its checks; `tensor_type` is the exact type the arguments must have (torch.Tensor:
+ *       no subclass, no other framework's array); `hooks` holds Triton's launch hooks (`launch_enter_hook`, `launch_exit_hook`: none
  *       is installed when each is absent, None or has an empty `calls`); `raw_stream(device)` is the device's
  *       current stream as an int; `current_device()` is the current device's index, or None where the process
- *       sees one device; `rule` maps plan.native_config()'s names to the launch rule's numbers and the slots'.
+ *       sees one device; `rule` maps plan.native_config()'s names to the launch rule's numbers and the slots', the
+ *       assignment's grid numbers (plan.assign_grid's) and the spec's MAX_REQUESTS.
  *       It forgets the family found last (below). ValueError or TypeError when any of them does not fit.
  *   signature(backend, flat_in, offsets, req_pool_indices, pool_out[, start_cols]) -> bytes | None
- *       Each argument's metadata (read_meta) with its data pointer zeroed, and with the length of each of the
- *       first three zeroed (N, bs + 1 and bs: what changes every serving step), then start_cols' likewise (its
- *       length bs zeroed) where it is given and not None (a windowed call), then the backend's UTF-8. None when
+ *       The op's tag (an 8-byte word: 0 for the scatter, 1 for the assignment, so that the two ops' memo entries
+ *       never meet), then each argument's metadata (read_meta) with its data pointer zeroed, and with the length
+ *       of each of the first three zeroed (N, bs + 1 and bs: what changes every serving step), then start_cols'
+ *       likewise (its length bs zeroed) where it is given and not None (a windowed call), then the backend's UTF-8. None when
  *       `backend` is not exactly a str (or has no UTF-8), an argument is not exactly `tensor_type`, or read_meta
  *       declines one. TypeError for a wrong argument count, RuntimeError before `configure`. Every argument
  *       check of the spec is a function of the signature and of one relation between the zeroed lengths
@@ -47,12 +54,29 @@
  *       The GIL is released around the driver call, as Triton's own launcher does. It keeps the last family the
  *       memo answered (until the next `configure`), so that a run of calls with one signature builds and hashes
  *       no bytes: a family, once found, stays valid (the checks are functions of the signature).
+ *   assign_signature(backend, req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size)
+ *       -> bytes | None
+ *       The assignment's signature: its tag, then each tensor's metadata with its data pointer zeroed and the
+ *       length of every 1-D one zeroed (the per-request arrays' and out_cache_loc's: what changes every serving
+ *       step; the table's shape stays), then the backend's UTF-8; batch_size is not in it. None and the errors as
+ *       for `signature`. Every check of the assignment (shared_spec.assignment.CHECK_ORDER) is a function of the
+ *       signature and of batch_size's relations that `assign` tests itself (an exact int, not a bool, or None;
+ *       0 <= bs <= the length of each per-request array; bs <= MAX_REQUESTS).
+ *   assign(backend, req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size)
+ *       -> True | bytes | None
+ *       `call` for the assignment: for a remembered signature whose batch_size relates (above), bs being
+ *       batch_size (None: len(req_pool_indices)), launches the family's one kernel with grid plan.assign_grid(bs)
+ *       and its ten ints (bs, len(out_cache_loc), the table's shape, the five tensors' strides in argument
+ *       order, the table's column stride last) on `raw_stream(req_to_token.device.index)`, or returns True at once
+ *       for bs 0. Entries past bs are never read: the kernel takes bs as an int. Otherwise the same declines as
+ *       `call` (the family is not of one slot, its kernel's layout is not five pointers and ten ints, ...), with
+ *       the assignment's signature back.
  *   plan(bs, n_tokens, n_rows, width, stride_row, stride_col, flat_stride, offsets_stride, rows_stride)
  *       -> (slot, (grid_x, grid_y), ints, small_ints) | None
  *       What `call` plans under the configured rule: plan.plan's slot, grid, ints and small_ints (None where it
  *       gives NOTHING). RuntimeError before `configure`, ValueError for a negative size or stride.
  *   served() -> int
- *       How many calls `call` has served (launched, or found nothing to write).
+ *       How many calls `call` and `assign` have served (launched, or found nothing to write).
  *   copy_to_device(dst, src, nbytes, stream) -> bool
  *       Enqueues the driver's asynchronous copy (cuMemcpyHtoDAsync) of `nbytes` bytes from host address `src` to
  *       device address `dst` on `stream` (ints) and returns True; False, with nothing enqueued, where the driver has
@@ -108,12 +132,12 @@ ctx_get_current_fn ctx_get_current;
 get_error_name_fn get_error_name;
 memcpy_htod_async_fn memcpy_htod_async; /* optional: copy_to_device declines without it */
 
-constexpr int N_TENSORS = 4; /* flat_in, offsets, req_pool_indices, pool_out: the kernels' first four pointers */
+constexpr int N_TENSORS = 4; /* flat_in, offsets, req_pool_indices, pool_out: the scatter kernels' first pointers */
 constexpr int MAX_WINDOW = 1; /* start_cols, after the ints, in a windowed kernel */
-constexpr int MAX_TENSORS = N_TENSORS + MAX_WINDOW;
-constexpr int MAX_INTS = 8;
+constexpr int MAX_TENSORS = 5; /* a windowed scatter's, the assignment's */
+constexpr int MAX_INTS = 10;   /* the assignment kernel's */
 constexpr int MAX_SCRATCH = 2;
-constexpr int MAX_PARAMS = N_TENSORS + MAX_INTS + MAX_WINDOW + MAX_SCRATCH;
+constexpr int MAX_PARAMS = MAX_TENSORS + MAX_INTS + MAX_SCRATCH;
 constexpr int MAX_SLOTS = 16;
 constexpr int64_t INT32_END = int64_t(1) << 31;
 constexpr const char *CAPSULE_NAME = "kv_canary.native.kernel";
@@ -185,6 +209,7 @@ struct Kernel {
     int n_ints;
     int n_scratch;
     int n_window;
+    int n_pointers; /* the pointers before the ints */
     PyObject *owner;
 };
 
@@ -226,14 +251,17 @@ void free_kernel(PyObject *capsule) {
 PyObject *bind(PyObject *, PyObject *args) {
     PyObject *function, *owner;
     unsigned long threads, shared;
-    int n_ints, n_scratch, n_window = 0;
-    if (!PyArg_ParseTuple(args, "OkkiiO|i", &function, &threads, &shared, &n_ints, &n_scratch, &owner, &n_window))
+    int n_ints, n_scratch, n_window = 0, n_pointers = N_TENSORS;
+    if (!PyArg_ParseTuple(args, "OkkiiO|ii", &function, &threads, &shared, &n_ints, &n_scratch, &owner, &n_window,
+                          &n_pointers))
         return nullptr;
     if (threads < 1 || threads > 1024 || shared > 0xffffffffUL || n_ints < 0 || n_ints > MAX_INTS || n_scratch < 0 ||
-        n_scratch > MAX_SCRATCH || n_window < 0 || n_window > MAX_WINDOW) {
+        n_scratch > MAX_SCRATCH || n_window < 0 || n_window > MAX_WINDOW || n_pointers < 1 ||
+        n_pointers + n_window > MAX_TENSORS) {
         PyErr_Format(PyExc_ValueError,
-                     "bad kernel: %lu threads (1 to 1024), %d ints (at most %d), %d scratch (at most %d), %d window (at most %d)",
-                     threads, n_ints, MAX_INTS, n_scratch, MAX_SCRATCH, n_window, MAX_WINDOW);
+                     "bad kernel: %lu threads (1 to 1024), %d ints (at most %d), %d scratch (at most %d), %d window (at "
+                     "most %d), %d pointers (with the window at most %d)",
+                     threads, n_ints, MAX_INTS, n_scratch, MAX_SCRATCH, n_window, MAX_WINDOW, n_pointers, MAX_TENSORS);
         return nullptr;
     }
     CUfunction handle = PyLong_AsVoidPtr(function);
@@ -243,7 +271,7 @@ PyObject *bind(PyObject *, PyObject *args) {
     }
     auto *kernel = static_cast<Kernel *>(PyMem_Calloc(1, sizeof(Kernel)));
     if (kernel == nullptr) return PyErr_NoMemory();
-    *kernel = Kernel{handle, unsigned(threads), unsigned(shared), n_ints, n_scratch, n_window, owner};
+    *kernel = Kernel{handle, unsigned(threads), unsigned(shared), n_ints, n_scratch, n_window, n_pointers, owner};
     Py_INCREF(owner);
     PyObject *capsule = PyCapsule_New(kernel, CAPSULE_NAME, free_kernel);
     if (capsule == nullptr) {
@@ -258,6 +286,7 @@ PyObject *bind(PyObject *, PyObject *args) {
 struct Rule {
     int64_t small_cells, small_block, large_block, target_programs, tiled_min_tokens, tiled_min_tiles, tiled_fill,
         grid_axis_1, slots, loop_slot, tiled_slot;
+    int64_t assign_group, assign_target_programs, assign_max_split, max_requests; /* plan.assign_grid's, the spec's */
 };
 
 struct Launch {
@@ -272,7 +301,8 @@ struct Launch {
 int read_rule(PyObject *mapping, Rule *rule) {
     static const char *const names[] = {"small_cells", "small_block", "large_block", "target_programs",
                                         "tiled_min_tokens", "tiled_min_tiles", "tiled_fill", "grid_axis_1",
-                                        "slots", "loop_slot", "tiled_slot"};
+                                        "slots", "loop_slot", "tiled_slot", "assign_group",
+                                        "assign_target_programs", "assign_max_split", "max_requests"};
     int64_t v[sizeof names / sizeof *names];
     if (!PyMapping_Check(mapping)) {
         PyErr_SetString(PyExc_TypeError, "the rule is a mapping of names to ints (plan.native_config())");
@@ -285,7 +315,11 @@ int read_rule(PyObject *mapping, Rule *rule) {
         Py_DECREF(item);
         if (v[i] == -1 && PyErr_Occurred()) return -1;
     }
-    *rule = Rule{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]};
+    *rule = Rule{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13], v[14]};
+    if (rule->assign_group < 1 || rule->assign_target_programs < 1 || rule->assign_max_split < 1) {
+        PyErr_SetString(PyExc_ValueError, "the assignment's group, target and split must be positive");
+        return -1;
+    }
     if (rule->small_block < 1 || rule->large_block < 1 || rule->target_programs < 1 || rule->slots > MAX_SLOTS ||
         rule->slots < 4 || rule->loop_slot < 4 || rule->loop_slot + 1 >= rule->slots || rule->tiled_slot < 0 ||
         rule->tiled_slot >= rule->slots || (rule->tiled_slot >= rule->loop_slot && rule->tiled_slot <= rule->loop_slot + 1)) {
@@ -348,10 +382,11 @@ bool configured;
 unsigned long long served_calls;
 PyObject *s_enter, *s_exit, *s_calls;
 /* The last family the memo answered, kept so that a run of calls with one signature (a serving loop) skips
- * building, hashing and looking up its bytes: its fixed metadata (windowed or not), backend and family (strong
+ * building, hashing and looking up its bytes: its op, fixed metadata (windowed or not), backend and family (strong
  * references). */
 TensorMeta last_fixed[MAX_TENSORS];
 int last_tensors;
+const struct Op *last_op;
 PyObject *last_backend, *last_family;
 
 PyObject *configure(PyObject *, PyObject *args, PyObject *kwargs) {
@@ -426,33 +461,121 @@ busy:
     return 0;
 }
 
-/* The arguments' metadata (args[1..4], and args[5] where it is given and not None: start_cols) and the part of it
- * that stays fixed from step to step (`fixed`: data and the lengths zeroed), their count in *n (4 or 5): 1; 0 when
- * the arguments have no signature; -1 with an error set for a misuse (a wrong argument count, unconfigured). */
-int read_arguments(PyObject *const *args, Py_ssize_t nargs, TensorMeta *metas, TensorMeta *fixed, int *n) {
-    if (nargs != 1 + N_TENSORS && nargs != 2 + N_TENSORS) {
-        PyErr_Format(PyExc_TypeError, "expected backend, %d arguments and start_cols or nothing, got %zd", N_TENSORS, nargs);
+/* ---- the ops the call path serves: one descriptor each, one reader, memo and launch for all ---- */
+
+/* The lengths of one call related as its checks require, and the launch's batch size in *bs: true; false when
+ * they do not relate (the checks' error, which the checked path raises) or `extra` is no int it takes. */
+typedef bool (*relate_fn)(const TensorMeta *m, int n, PyObject *extra, int64_t *bs);
+/* The launch of one related call: its slot (-1: nothing to launch), grid and ints. */
+typedef void (*plan_fn)(const TensorMeta *m, int n, int64_t bs, Launch *out);
+
+struct Op {
+    int64_t tag;       /* the signature's first word: the ops' memo entries never meet */
+    int n_tensors;     /* tensors after the backend, always given */
+    int n_optional;    /* then this many optional tensors (None or absent: not read) */
+    bool has_int;      /* then one int argument, or None (not in the signature) */
+    unsigned zeroed;   /* bit i: tensor i's length changes every serving step (zeroed in the signature) */
+    int table;         /* the tensor whose device the launch is on */
+    int n_pointers;    /* the bound kernel's pointers before its ints; the other tensors are its window pointers */
+    relate_fn relate;
+    plan_fn plan;
+    int64_t slots;     /* a family's length: 0 for the rule's */
+};
+
+/* The scatter: (flat_in, offsets, req_pool_indices, pool_out[, start_cols]); len(offsets) == bs + 1 and, windowed,
+ * len(start_cols) == bs; plan.plan's launch. */
+bool scatter_relate(const TensorMeta *m, int n, PyObject *, int64_t *bs) {
+    *bs = m[ROWS].sizes[0];
+    return m[OFFSETS].sizes[0] == *bs + 1 && (n != MAX_TENSORS || m[START].sizes[0] == *bs);
+}
+
+void scatter_plan(const TensorMeta *m, int, int64_t bs, Launch *out) {
+    plan_launch(call_rule, bs, m[FLAT].sizes[0], m[POOL].sizes[0], m[POOL].sizes[1], m[POOL].strides[0],
+                m[POOL].strides[1], m[FLAT].strides[0], m[OFFSETS].strides[0], m[ROWS].strides[0], out);
+}
+
+/* The assignment: (req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size); batch_size
+ * an exact int (no bool) or None (len(req_pool_indices)), 0 <= bs <= the length of each per-request array and
+ * bs <= MAX_REQUESTS; plan.assign_grid's grid, the assignment kernel's ten ints. */
+enum { A_ROWS, A_TABLE, A_START, A_END, A_LOC };
+
+bool assign_relate(const TensorMeta *m, int, PyObject *extra, int64_t *bs) {
+    if (extra == Py_None) {
+        *bs = m[A_ROWS].sizes[0];
+    } else {
+        if (!PyLong_CheckExact(extra)) return false;
+        int overflow = 0;
+        *bs = PyLong_AsLongLongAndOverflow(extra, &overflow);
+        if (overflow || (*bs == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return false;
+        }
+    }
+    return *bs >= 0 && *bs <= m[A_ROWS].sizes[0] && *bs <= m[A_START].sizes[0] && *bs <= m[A_END].sizes[0] &&
+           *bs <= call_rule.max_requests;
+}
+
+void assign_plan(const TensorMeta *m, int, int64_t bs, Launch *out) {
+    if (bs == 0) {
+        out->slot = -1;
+        return;
+    }
+    int64_t groups = cdiv(bs, call_rule.assign_group), split = cdiv(call_rule.assign_target_programs, groups);
+    if (split > call_rule.assign_max_split) split = call_rule.assign_max_split;
+    out->slot = 0;
+    out->grid[0] = groups;
+    out->grid[1] = split < 1 ? 1 : split;
+    out->n_ints = 10;
+    const int64_t v[10] = {bs, m[A_LOC].sizes[0], m[A_TABLE].sizes[0], m[A_TABLE].sizes[1], m[A_ROWS].strides[0],
+                           m[A_START].strides[0], m[A_END].strides[0], m[A_LOC].strides[0], m[A_TABLE].strides[0],
+                           m[A_TABLE].strides[1]};
+    std::memcpy(out->ints, v, sizeof v);
+    out->small_ints = true;
+    for (int64_t x : v)
+        if (x >= INT32_END) out->small_ints = false;
+}
+
+const Op scatter_op{0, N_TENSORS, MAX_WINDOW, false, 1u << FLAT | 1u << OFFSETS | 1u << ROWS | 1u << START, POOL,
+                    N_TENSORS, scatter_relate, scatter_plan, 0};
+const Op assign_op{1, 5, 0, true, 1u << A_ROWS | 1u << A_START | 1u << A_END | 1u << A_LOC, A_TABLE, 5,
+                   assign_relate, assign_plan, 1};
+
+int64_t family_slots(const Op &op) { return op.slots ? op.slots : call_rule.slots; }
+
+/* The arguments' metadata (the op's tensors, and its optional ones where given and not None) and the part of it
+ * that stays fixed from step to step (`fixed`: data and the op's zeroed lengths zeroed), their count in *n, the
+ * int argument (or nullptr) in *extra: 1; 0 when the arguments have no signature; -1 with an error set for a
+ * misuse (a wrong argument count, unconfigured). */
+int read_arguments(const Op &op, PyObject *const *args, Py_ssize_t nargs, TensorMeta *metas, TensorMeta *fixed,
+                   int *n, PyObject **extra) {
+    Py_ssize_t least = 1 + op.n_tensors + op.has_int, most = least + op.n_optional;
+    if (nargs < least || nargs > most) {
+        PyErr_Format(PyExc_TypeError, "expected backend, %d arguments, %d optional ones and %d ints, got %zd",
+                     op.n_tensors, op.n_optional, int(op.has_int), nargs);
         return -1;
     }
     if (!configured) {
         PyErr_SetString(PyExc_RuntimeError, "the call path is not configured (configure)");
         return -1;
     }
+    *extra = op.has_int ? args[nargs - 1] : nullptr;
     if (!PyUnicode_CheckExact(args[0])) return 0;
-    *n = nargs == 2 + N_TENSORS && args[1 + N_TENSORS] != Py_None ? MAX_TENSORS : N_TENSORS;
+    *n = op.n_tensors;
+    for (Py_ssize_t i = op.n_tensors; i < nargs - 1 - op.has_int && args[1 + i] != Py_None; ++i) *n = int(i) + 1;
     for (int i = 0; i < *n; ++i)
         if (Py_TYPE(args[1 + i]) != reinterpret_cast<PyTypeObject *>(tensor_type) || read_meta(args[1 + i], &metas[i]) != 1)
             return 0;
     std::memcpy(fixed, metas, sizeof(TensorMeta) * *n);
-    for (int i = 0; i < *n; ++i) fixed[i].data = 0;
-    fixed[FLAT].sizes[0] = fixed[OFFSETS].sizes[0] = fixed[ROWS].sizes[0] = 0; /* N, bs + 1, bs */
-    if (*n == MAX_TENSORS) fixed[START].sizes[0] = 0;                           /* bs */
+    for (int i = 0; i < *n; ++i) {
+        fixed[i].data = 0;
+        if (op.zeroed >> i & 1) fixed[i].sizes[0] = 0;
+    }
     return 1;
 }
 
-/* The signature bytes of the `n` fixed metas and `backend`; nullptr with no error set when the backend has no
- * UTF-8. A windowed signature is one meta longer than any unwindowed one with the same backend. */
-PyObject *signature_bytes(PyObject *backend, const TensorMeta *fixed, int n) {
+/* The signature bytes: the op's tag, the `n` fixed metas and `backend`'s UTF-8; nullptr with no error set when the
+ * backend has no UTF-8. A windowed signature is one meta longer than any unwindowed one with the same backend. */
+PyObject *signature_bytes(const Op &op, PyObject *backend, const TensorMeta *fixed, int n) {
     Py_ssize_t n_backend;
     const char *name = PyUnicode_AsUTF8AndSize(backend, &n_backend);
     if (name == nullptr) {
@@ -460,48 +583,53 @@ PyObject *signature_bytes(PyObject *backend, const TensorMeta *fixed, int n) {
         return nullptr;
     }
     size_t size = sizeof(TensorMeta) * n;
-    PyObject *sig = PyBytes_FromStringAndSize(nullptr, Py_ssize_t(size) + n_backend);
+    PyObject *sig = PyBytes_FromStringAndSize(nullptr, Py_ssize_t(sizeof op.tag + size) + n_backend);
     if (sig == nullptr) return nullptr;
-    std::memcpy(PyBytes_AS_STRING(sig), fixed, size);
-    std::memcpy(PyBytes_AS_STRING(sig) + size, name, size_t(n_backend));
+    char *bytes = PyBytes_AS_STRING(sig);
+    std::memcpy(bytes, &op.tag, sizeof op.tag);
+    std::memcpy(bytes + sizeof op.tag, fixed, size);
+    std::memcpy(bytes + sizeof op.tag + size, name, size_t(n_backend));
     return sig;
 }
 
 /* The signature, None where there is none; nullptr with an error set. */
-PyObject *signature_or_none(PyObject *backend, int found, const TensorMeta *fixed, int n) {
-    PyObject *sig = found ? signature_bytes(backend, fixed, n) : nullptr;
+PyObject *signature_or_none(const Op &op, PyObject *backend, int found, const TensorMeta *fixed, int n) {
+    PyObject *sig = found ? signature_bytes(op, backend, fixed, n) : nullptr;
     if (sig != nullptr || PyErr_Occurred()) return sig;
     Py_RETURN_NONE;
 }
 
-PyObject *signature(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *signature_of(const Op &op, PyObject *const *args, Py_ssize_t nargs) {
     TensorMeta metas[MAX_TENSORS], fixed[MAX_TENSORS];
-    int n = N_TENSORS;
-    int found = read_arguments(args, nargs, metas, fixed, &n);
+    int n = 0;
+    PyObject *extra;
+    int found = read_arguments(op, args, nargs, metas, fixed, &n, &extra);
     if (found < 0) return nullptr;
-    return signature_or_none(args[0], found, fixed, n);
+    return signature_or_none(op, args[0], found, fixed, n);
 }
 
 /* The memo's family for these arguments (borrowed; nullptr, no error set, when there is none): the last one found
- * if the signature is the same, else the memo's, which becomes the last one. */
-PyObject *find_family(PyObject *backend, const TensorMeta *fixed, int n) {
-    if (last_family != nullptr && n == last_tensors && std::memcmp(fixed, last_fixed, sizeof(TensorMeta) * n) == 0 &&
+ * if the op and signature are the same, else the memo's, which becomes the last one. */
+PyObject *find_family(const Op &op, PyObject *backend, const TensorMeta *fixed, int n) {
+    if (last_family != nullptr && &op == last_op && n == last_tensors &&
+        std::memcmp(fixed, last_fixed, sizeof(TensorMeta) * n) == 0 &&
         (backend == last_backend || PyUnicode_Compare(backend, last_backend) == 0))
         return last_family;
     PyErr_Clear(); /* PyUnicode_Compare's, if any */
-    PyObject *sig = signature_bytes(backend, fixed, n);
+    PyObject *sig = signature_bytes(op, backend, fixed, n);
     if (sig == nullptr) {
         PyErr_Clear();
         return nullptr;
     }
     PyObject *family = PyDict_GetItemWithError(memo, sig); /* borrowed */
     Py_DECREF(sig);
-    if (family == nullptr || !PyList_CheckExact(family) || PyList_GET_SIZE(family) != call_rule.slots) {
+    if (family == nullptr || !PyList_CheckExact(family) || PyList_GET_SIZE(family) != family_slots(op)) {
         PyErr_Clear();
         return nullptr;
     }
     std::memcpy(last_fixed, fixed, sizeof(TensorMeta) * n);
     last_tensors = n;
+    last_op = &op;
     Py_INCREF(backend);
     Py_XSETREF(last_backend, backend);
     Py_INCREF(family);
@@ -509,39 +637,42 @@ PyObject *find_family(PyObject *backend, const TensorMeta *fixed, int n) {
     return family;
 }
 
-/* The parameter slots of one launch: the four pointers, the ints, the window pointer (pointers[N_TENSORS], in a
- * windowed kernel), the null scratch pointers; `params` point at them, as cuLaunchKernel takes them. The ints are
- * in int32's range (the caller checked small_ints). */
+/* The parameter slots of one launch: the kernel's leading pointers, the ints, its window pointers (the pointers
+ * after the leading ones), the null scratch pointers; `params` point at them, as cuLaunchKernel takes them. The
+ * ints are in int32's range (the caller checked small_ints). */
 void set_params(const Kernel &kernel, const uint64_t *pointers, const int64_t *ints, uint64_t *slots, void **params) {
-    int n = N_TENSORS + kernel.n_ints + kernel.n_window + kernel.n_scratch;
+    int n = kernel.n_pointers + kernel.n_ints + kernel.n_window + kernel.n_scratch;
     std::memset(slots, 0, sizeof(uint64_t) * n);
-    std::memcpy(slots, pointers, sizeof(uint64_t) * N_TENSORS);
+    std::memcpy(slots, pointers, sizeof(uint64_t) * kernel.n_pointers);
     for (int i = 0; i < kernel.n_ints; ++i) {
         int32_t v = int32_t(ints[i]);
-        std::memcpy(&slots[N_TENSORS + i], &v, sizeof v);
+        std::memcpy(&slots[kernel.n_pointers + i], &v, sizeof v);
     }
-    std::memcpy(&slots[N_TENSORS + kernel.n_ints], pointers + N_TENSORS, sizeof(uint64_t) * kernel.n_window);
+    std::memcpy(&slots[kernel.n_pointers + kernel.n_ints], pointers + kernel.n_pointers,
+                sizeof(uint64_t) * kernel.n_window);
     for (int i = 0; i < n; ++i) params[i] = &slots[i];
 }
 
 /* 1: launched; 0: not launched, nothing enqueued (the caller's checked path runs); -1: an error set (a driver
- * refusal). The per-call conditions: a remembered family, related lengths, a kernel for the slot, int32 ints,
- * 16-byte aligned pointers (the kernels' specialization), no launch hook, the pool's device current where the
- * process sees several, a driver and a CUDA context. */
-int launch_remembered(PyObject *backend, const TensorMeta *m, const TensorMeta *fixed, int n) {
-    if (m[OFFSETS].sizes[0] != m[ROWS].sizes[0] + 1) return 0; /* the checks' error, raised by the checked path */
-    if (n == MAX_TENSORS && m[START].sizes[0] != m[ROWS].sizes[0]) return 0; /* the same: start_cols' length */
-    PyObject *family = find_family(backend, fixed, n);
+ * refusal). The per-call conditions: the op's length relations, a remembered family, a kernel for the slot of the
+ * op's layout, int32 ints, 16-byte aligned pointers (the kernels' specialization), no launch hook, the table's
+ * device current where the process sees several, a driver and a CUDA context. */
+int launch_remembered(const Op &op, PyObject *backend, const TensorMeta *m, const TensorMeta *fixed, int n,
+                      PyObject *extra) {
+    int64_t bs;
+    if (!op.relate(m, n, extra, &bs)) return 0; /* the checks' error, raised by the checked path */
+    PyObject *family = find_family(op, backend, fixed, n);
     if (family == nullptr) return 0;
     Launch launch;
-    plan_launch(call_rule, m[ROWS].sizes[0], m[FLAT].sizes[0], m[POOL].sizes[0], m[POOL].sizes[1], m[POOL].strides[0],
-                m[POOL].strides[1], m[FLAT].strides[0], m[OFFSETS].strides[0], m[ROWS].strides[0], &launch);
+    op.plan(m, n, bs, &launch);
     if (launch.slot < 0) return 1; /* no cell to write */
     if (!launch.small_ints || launch_kernel == nullptr) return 0;
     PyObject *capsule = PyList_GET_ITEM(family, launch.slot);
     if (!PyCapsule_IsValid(capsule, CAPSULE_NAME)) return 0;
     const auto *kernel = static_cast<const Kernel *>(PyCapsule_GetPointer(capsule, CAPSULE_NAME));
-    if (kernel->n_ints != launch.n_ints || N_TENSORS + kernel->n_window != n) return 0;
+    if (kernel->n_ints != launch.n_ints || kernel->n_pointers != op.n_pointers ||
+        kernel->n_pointers + kernel->n_window != n)
+        return 0;
     uint64_t pointers[MAX_TENSORS], any = 0;
     for (int i = 0; i < n; ++i) any |= pointers[i] = m[i].data;
     if (any & 15 || !hooks_idle()) return 0;
@@ -549,7 +680,7 @@ int launch_remembered(PyObject *backend, const TensorMeta *m, const TensorMeta *
     int result = 0;
     CUstream stream = nullptr;
     CUcontext context = nullptr;
-    PyObject *device = PyLong_FromLongLong(m[POOL].device_index), *now = nullptr, *handle = nullptr;
+    PyObject *device = PyLong_FromLongLong(m[op.table].device_index), *now = nullptr, *handle = nullptr;
     if (device == nullptr) goto done;
     if (current_device != nullptr) {
         now = PyObject_CallNoArgs(current_device);
@@ -588,20 +719,30 @@ done:
     return result;
 }
 
-PyObject *call(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *call_of(const Op &op, PyObject *const *args, Py_ssize_t nargs) {
     TensorMeta m[MAX_TENSORS], fixed[MAX_TENSORS];
-    int n = N_TENSORS;
-    int found = read_arguments(args, nargs, m, fixed, &n);
+    int n = 0;
+    PyObject *extra;
+    int found = read_arguments(op, args, nargs, m, fixed, &n, &extra);
     if (found < 0) return nullptr;
     if (found) {
-        int launched = launch_remembered(args[0], m, fixed, n);
+        int launched = launch_remembered(op, args[0], m, fixed, n, extra);
         if (launched < 0) return nullptr;
         if (launched) {
             ++served_calls;
             Py_RETURN_TRUE;
         }
     }
-    return signature_or_none(args[0], found, fixed, n);
+    return signature_or_none(op, args[0], found, fixed, n);
+}
+
+PyObject *call(PyObject *, PyObject *const *args, Py_ssize_t nargs) { return call_of(scatter_op, args, nargs); }
+PyObject *signature(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    return signature_of(scatter_op, args, nargs);
+}
+PyObject *assign(PyObject *, PyObject *const *args, Py_ssize_t nargs) { return call_of(assign_op, args, nargs); }
+PyObject *assign_signature(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    return signature_of(assign_op, args, nargs);
 }
 
 PyObject *plan(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
@@ -681,6 +822,10 @@ PyMethodDef methods[] = {
      "signature(backend, *arguments) -> bytes | None"},
     {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(call)), METH_FASTCALL,
      "call(backend, *arguments) -> True | bytes | None"},
+    {"assign", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(assign)), METH_FASTCALL,
+     "assign(backend, *arguments, batch_size) -> True | bytes | None"},
+    {"assign_signature", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(assign_signature)),
+     METH_FASTCALL, "assign_signature(backend, *arguments, batch_size) -> bytes | None"},
     {"plan", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(plan)), METH_FASTCALL,
      "plan(bs, N, R, C, strides...) -> (slot, grid, ints, small_ints) | None"},
     {"served", served, METH_NOARGS, "served() -> int: calls served by call()"},

@@ -4,13 +4,14 @@ Contract:
 
 - ``module() -> module | None``: the built piece with the CUDA driver loaded
   (``native.cpp``'s contract at its top: ``bind``, ``configure``,
-  ``signature``, ``call``, ``plan``, ``served``), or None
+  ``signature``, ``call``, ``assign_signature``, ``assign``, ``plan``, ``served``), or None
   (``unavailable_reason()`` says why: no C++ compiler, a failed build, no CUDA
   driver, or ``KV_CANARY_C_LAUNCHER=0``). Tried once per process. Where it is
   None every call takes the launcher's checked path and Triton's own launch.
-- ``bind(compiled, n_ints, n_window=0) -> kernel | None``: Triton's
-  ``CompiledKernel`` ``compiled`` bound once for ``call``, for a launch whose
-  parameters are four pointers followed by ``n_ints`` ints (each passed as a
+- ``bind(compiled, n_ints, n_window=0, n_pointers=4) -> kernel | None``: Triton's
+  ``CompiledKernel`` ``compiled`` bound once for ``call`` (or ``assign``), for a
+  launch whose parameters are ``n_pointers`` pointers (the scatter's four, the
+  assignment's five) followed by ``n_ints`` ints (each passed as a
   signed 32-bit int) and, for a windowed kernel (``n_window`` 1), the
   ``start_cols`` pointer. None when this launch cannot stand in for Triton's
   exactly: a kernel that needs more than a plain launch (global or profile
@@ -282,19 +283,20 @@ def plain_launch(metadata) -> bool:
     )
 
 
-def layout(sizes: tuple[int, ...] | None, n_ints: int, n_window: int = 0) -> int | None:
-    """How many null scratch pointers follow the pointers, ``n_ints`` ints and ``n_window`` window pointers (a
-    windowed kernel's ``start_cols``); None if ``sizes`` is not that layout."""
+def layout(sizes: tuple[int, ...] | None, n_ints: int, n_window: int = 0, n_pointers: int = POINTERS) -> int | None:
+    """How many null scratch pointers follow ``n_pointers`` pointers, ``n_ints`` ints and ``n_window`` window pointers
+    (a windowed kernel's ``start_cols``); None if ``sizes`` is not that layout."""
     if sizes is None:
         return None
-    scratch = len(sizes) - POINTERS - n_ints - n_window
-    expected = (8,) * POINTERS + (4,) * n_ints + (8,) * n_window + (8,) * scratch
+    scratch = len(sizes) - n_pointers - n_ints - n_window
+    expected = (8,) * n_pointers + (4,) * n_ints + (8,) * n_window + (8,) * scratch
     return scratch if 0 <= scratch <= MAX_SCRATCH_POINTERS and sizes == expected else None
 
 
-def bind(c, compiled, n_ints: int, n_window: int = 0) -> object | None:
+def bind(c, compiled, n_ints: int, n_window: int = 0, n_pointers: int = POINTERS) -> object | None:
     """``compiled`` bound by ``c`` (``module()``; see the module docstring), or None; ``n_window`` 1 for a windowed
-    kernel, whose ``start_cols`` pointer follows the ints (its unit stride compiled in)."""
+    kernel, whose ``start_cols`` pointer follows the ints (its unit stride compiled in); ``n_pointers`` the
+    pointers before the ints (the scatter's four, the assignment's five)."""
     metadata = getattr(compiled, "metadata", None)
     if metadata is None or not plain_launch(metadata):
         return None
@@ -302,7 +304,8 @@ def bind(c, compiled, n_ints: int, n_window: int = 0) -> object | None:
         sizes = entry_params(compiled.asm["ptx"], metadata.name)
     except (KeyError, AttributeError, TypeError):
         return None
-    scratch = layout(sizes, n_ints, n_window)
+    scratch = layout(sizes, n_ints, n_window, n_pointers)
     if scratch is None:
         return None
-    return c.bind(compiled.function, 32 * metadata.num_warps, metadata.shared, n_ints, scratch, compiled, n_window)
+    return c.bind(compiled.function, 32 * metadata.num_warps, metadata.shared, n_ints, scratch, compiled, n_window,
+                  n_pointers)

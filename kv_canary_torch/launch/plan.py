@@ -70,6 +70,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from shared_spec.checks import MAX_REQUESTS
 from shared_spec.reference import longest_window
 
 # Launch shapes, from benchmarks/tune_triton.py on the H200 (interleaved
@@ -263,6 +264,30 @@ def slot_variants(stride_col, flat_stride, offsets_stride, rows_stride, device, 
             (device, TILED, rule.tiled_warps, (rule.large_block, dense, windowed)))
 
 
+# The assignment kernel's grid (``kv_canary_torch.assign_kernel``): ``(cdiv(bs, ASSIGN_GROUP), split)``, ``split``
+# programs per group, enough to fill the GPU when the groups are few, at most ASSIGN_MAX_SPLIT (grid axis 1 <= 65535).
+ASSIGN_GROUP = 16  # requests a program
+ASSIGN_TARGET_PROGRAMS = 1024
+ASSIGN_MAX_SPLIT = 64
+ASSIGN_INTS = 10  # bs, N, R, C and six strides
+
+
+def assign_split(n_groups: int) -> int:
+    """Grid axis 1 of the assignment kernel for ``n_groups`` groups: from ``bs`` alone (the cells are on the device)."""
+    return max(1, min(ASSIGN_MAX_SPLIT, cdiv(ASSIGN_TARGET_PROGRAMS, max(n_groups, 1))))
+
+
+def assign_grid(bs: int) -> tuple[int, int] | None:
+    """The assignment kernel's grid for ``bs`` requests; None for 0 (nothing launched)."""
+    if bs == 0:
+        return None
+    n_groups = cdiv(bs, ASSIGN_GROUP)
+    return (n_groups, assign_split(n_groups))
+
+
 def native_config(rule: Rule = RULE) -> dict:
-    """What the C call path plans with, by name (``native.cpp``'s ``configure``): ``rule``'s numbers and the slots'."""
-    return dict(rule._asdict(), grid_axis_1=GRID_AXIS_1, slots=SLOTS, loop_slot=LOOP_SLOT, tiled_slot=TILED_SLOT)
+    """What the C call path plans with, by name (``native.cpp``'s ``configure``): ``rule``'s numbers, the slots', the
+    assignment's grid numbers and the spec's ``MAX_REQUESTS``."""
+    return dict(rule._asdict(), grid_axis_1=GRID_AXIS_1, slots=SLOTS, loop_slot=LOOP_SLOT, tiled_slot=TILED_SLOT,
+                assign_group=ASSIGN_GROUP, assign_target_programs=ASSIGN_TARGET_PROGRAMS, assign_max_split=ASSIGN_MAX_SPLIT,
+                max_requests=MAX_REQUESTS)

@@ -34,14 +34,16 @@ def c_module(tmp_path_factory):
     return native_module(tmp_path_factory)
 
 
-def kernel(c, n_ints=8, n_scratch=2, function=0x1234, threads=64, n_window=0):
-    return c.bind(function, threads, 0, n_ints, n_scratch, "owner", n_window)
+def kernel(c, n_ints=8, n_scratch=2, function=0x1234, threads=64, n_window=0, n_pointers=4):
+    return c.bind(function, threads, 0, n_ints, n_scratch, "owner", n_window, n_pointers)
 
 
 @pytest.mark.parametrize(
     "call, error",
     [
-        (lambda c: kernel(c, n_ints=9), ValueError),
+        (lambda c: kernel(c, n_ints=11), ValueError),
+        (lambda c: kernel(c, n_pointers=0), ValueError),
+        (lambda c: kernel(c, n_pointers=5, n_window=1), ValueError),  # six pointers
         (lambda c: kernel(c, n_scratch=3), ValueError),
         (lambda c: kernel(c, n_ints=-1), ValueError),
         (lambda c: kernel(c, function=0), ValueError),
@@ -117,8 +119,8 @@ def test_the_layout_must_be_four_pointers_the_ints_and_scratch(sizes, n_ints, sc
     assert native.layout(sizes, n_ints) == scratch
 
 
-# Both kernels compiled for sm_90 as the launcher's plans launch them (i32 ints, 16-byte aligned pointers): the
-# native piece takes each of them, with the plan's ints. A fresh process: this one may run Triton interpreted.
+# Both kernels compiled for sm_90 as the launcher's plans launch them (i32 ints, 16-byte aligned pointers), and the
+# assignment kernel as dispatch.launch_assign keeps it: the native piece takes each of them, with the plan's ints. A fresh process: this one may run Triton interpreted.
 KERNELS_BIND = """
 import triton
 from triton.backends.compiler import GPUTarget
@@ -144,6 +146,21 @@ for bs, width, n_tokens, flat_stride, kind in ((1024, 4097, 1024 * 4096, 1, laun
     assert native.plain_launch(compiled.metadata), compiled.metadata
     assert native.layout(sizes, len(plan.ints)) is not None, sizes
     assert f".reqntid {32 * plan.warps}" in compiled.asm["ptx"]  # the threads the launcher gives it
+from kv_canary_torch import assign_kernel as a
+assign_pointers = ("rows_ptr", "table_ptr", "start_ptr", "end_ptr", "loc_ptr")
+assign_constexprs = dict(GROUP=a.GROUP, PREFIX=a.PREFIX, BLOCK=a.BLOCK)
+ints = [n for n in a.assign_kernel.arg_names if n not in assign_pointers and n not in assign_constexprs]
+assert ints == ["bs", "n_tokens", "n_rows", "width", "rows_stride", "start_stride", "end_stride", "loc_stride",
+                "stride_row", "stride_col"]  # the order native.cpp's assign_plan passes them in
+for index in ("*i64", "*i32"):
+    signature = dict(rows_ptr=index, table_ptr="*i32", start_ptr=index, end_ptr=index, loc_ptr=index,
+                     **{n: "i32" for n in ints}, **{n: "constexpr" for n in assign_constexprs})
+    source = ASTSource(fn=a.assign_kernel, signature=signature, constexprs=assign_constexprs,
+                       attrs={(i,): [["tt.divisibility", 16]] for i in range(5)})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    sizes = native.entry_params(compiled.asm["ptx"], compiled.metadata.name)
+    assert native.plain_launch(compiled.metadata), compiled.metadata
+    assert native.layout(sizes, launch_plan.ASSIGN_INTS, 0, 5) is not None, sizes
 print("bindable")
 """
 @pytest.mark.skipif(cuda_available(), reason="on a GPU test_torch_gpu.py binds the compiled kernels themselves")
@@ -269,6 +286,7 @@ def int_word(value):
 
 
 META_WORDS = 10  # the signature's meta: dtype, device type, device index, ndim, sizes[2], strides[2], flags, data
+SCATTER_TAG, ASSIGN_TAG = 0, 1  # the signature's first word: its op
 
 
 def test_the_signature_is_what_stays_fixed_from_step_to_step(call_path):
@@ -276,8 +294,9 @@ def test_the_signature_is_what_stays_fixed_from_step_to_step(call_path):
     args = cpu_arguments()
     sig = c.signature("auto", *args)
     size = 4 * META_WORDS * 8
-    words = struct.unpack(f"<{4 * META_WORDS}q", sig[:size])
-    assert sig[size:] == b"auto"
+    assert sig[:8] == struct.pack("<q", SCATTER_TAG)
+    words = struct.unpack(f"<{4 * META_WORDS}q", sig[8:8 + size])
+    assert sig[8 + size:] == b"auto"
     for i, a in enumerate(args):
         sizes, strides = (list(a.shape) + [0, 0])[:2], (list(a.stride()) + [0, 0])[:2]
         if i < 3:
@@ -427,7 +446,7 @@ def test_a_windowed_signature_holds_start_cols_and_launches_windowed_kernels(cal
     args = cpu_arguments()
     start_cols = torch.zeros(8, dtype=torch.int64)
     sig = c.signature("auto", *args, start_cols)
-    assert len(sig) == 5 * META_WORDS * 8 + len(b"auto") and sig != c.signature("auto", *args)
+    assert len(sig) == 8 + 5 * META_WORDS * 8 + len(b"auto") and sig != c.signature("auto", *args)
     assert c.signature("auto", *args, None) == c.signature("auto", *args)  # None: the unwindowed call
     fresh = cpu_arguments(n_tokens=17, bs=3)
     assert c.signature("auto", *fresh, torch.ones(3, dtype=torch.int64)) == sig  # its length and data do not count
@@ -538,6 +557,164 @@ def test_an_int_past_int32_is_declined(call_path, driver):
     memo[sig] = [kernel(c, n_scratch=0)] * launch_plan.SLOTS
     assert launched(c, driver, "auto", wide, *args[1:]) == (sig, None)
     assert launched(c, driver, "auto", wide[: 2**31 - 1], *args[1:])[0] is True
+
+
+# ---- the assignment's op: (req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size) ----
+
+
+def assign_arguments(bs=8, length=None, n_tokens=1000, width=100, dtypes=(torch.int64,) * 4):
+    """CPU arguments of ``assign``: per-request arrays of ``length`` (default ``bs``) entries, a 10-row table."""
+    length = bs if length is None else length
+    rows, start, end, loc = (torch.zeros(n, dtype=dtype) for n, dtype in zip((length, length, length, n_tokens), dtypes))
+    return rows, torch.zeros(10, width, dtype=torch.int32), start, end, loc
+
+
+def assign_kernel(c, n_scratch=0, function=0x4444):
+    """A bound kernel with the assignment kernel's layout: five pointers, its ten ints."""
+    return kernel(c, n_ints=launch_plan.ASSIGN_INTS, n_scratch=n_scratch, function=function, threads=128, n_pointers=5)
+
+
+def _launched_with(entry, driver, *arguments, record=15):
+    """``launched`` for ``entry`` (the piece's ``assign``): the first ``record`` parameters (no more than the kernel takes)."""
+    before = driver.launches
+    driver.record = record
+    library = driver.library
+    (ctypes.c_uint64 * 16).in_dll(library, "params")[:] = [0] * 16
+    answer = entry(*arguments)
+    if driver.launches == before:
+        return answer, None
+    params = (ctypes.c_uint64 * 16).in_dll(library, "params")
+    grid = (ctypes.c_uint * 3).in_dll(library, "grid")
+    function = ctypes.c_void_p.in_dll(library, "function").value
+    stream = ctypes.c_void_p.in_dll(library, "stream").value
+    return answer, (function, (grid[0], grid[1], grid[2]), stream, tuple(params))
+
+
+def assign_ints(bs, rows, table, start, end, loc):
+    """The assignment kernel's ints, in its order (``assign_kernel.launch``'s)."""
+    return (bs, loc.shape[0], *table.shape, rows.stride(0), start.stride(0), end.stride(0), loc.stride(0), *table.stride())
+
+
+def test_the_assignments_signature_is_its_own_and_what_stays_fixed(call_path):
+    c, _ = call_path
+    args = assign_arguments()
+    sig = c.assign_signature("auto", *args, 8)
+    assert sig[:8] == struct.pack("<q", ASSIGN_TAG) and len(sig) == 8 + 5 * META_WORDS * 8 + len(b"auto")
+    words = struct.unpack(f"<{5 * META_WORDS}q", sig[8:8 + 5 * META_WORDS * 8])
+    for i, a in enumerate(args):
+        sizes, strides = (list(a.shape) + [0, 0])[:2], (list(a.stride()) + [0, 0])[:2]
+        if i != 1:
+            sizes[0] = 0  # bs-long (or longer) per-request arrays and N: what changes every serving step
+        assert words[META_WORDS * i + 1:META_WORDS * (i + 1)] == (0, -1, a.dim(), *sizes, *strides, 0, 0)
+    assert sig == c.assign_signature("auto", *assign_arguments(bs=3, length=40, n_tokens=17), None)  # nor bs, N, lengths
+    assert sig == c.assign_signature("auto", *(a.clone() for a in args), 2)  # nor the data, nor batch_size
+    for position in (0, 2, 3, 4):  # each index argument's dtype is its own
+        dtypes = tuple(torch.int32 if i == position else torch.int64 for i in (0, 2, 3, 4))
+        assert c.assign_signature("auto", *assign_arguments(dtypes=dtypes), 8) != sig
+    assert c.assign_signature("auto", *assign_arguments(width=99), 8) != sig  # the table's shape
+    assert c.assign_signature("triton", *args, 8) != sig
+    scatter_like = (args[4], args[2], args[0], args[1], args[3])  # five tensors: never a scatter's signature
+    assert c.signature("auto", *scatter_like[:4]) != sig and c.signature("auto", *scatter_like[:4], args[3]) != sig
+    assert c.assign_signature("auto", args[0].numpy(), *args[1:], 8) is None
+    assert c.assign_signature("auto", *args[:1], torch.nn.Parameter(args[1], requires_grad=False), *args[2:], 8) is None
+    assert c.assign_signature("auto", *args[:4], torch._neg_view(args[4]), 8) is None
+    assert c.assign_signature("auto", *args[:1], freed(args[1]), *args[2:], 8) is None
+    assert c.assign_signature("auto", *args[:1], torch._efficientzerotensor((10, 100), dtype=torch.int32), *args[2:], 8) is None
+    with pytest.raises(TypeError):
+        c.assign_signature("auto", *args)  # no batch_size
+    with pytest.raises(TypeError):
+        c.assign("auto", *args, 8, 8)
+
+
+def test_a_remembered_assignment_launches_every_batch_size_with_its_ints(call_path, driver):
+    c, memo = call_path
+    args = assign_arguments()
+    sig = c.assign_signature("auto", *args, 8)
+    assert _launched_with(c.assign, driver, "auto", *args, 8) == (sig, None)  # nothing remembered: its signature back
+    memo[sig] = [assign_kernel(c, n_scratch=1)]
+    for bs, length, n_tokens, batch_size in ((8, 8, 1000, 8), (3, 40, 17, 3), (1, 1, 0, None), (300, 300, 5000, 300),
+                                             (17, 20000, 9000, 17), (20000, 20000, 20000, None), (5, 64, 3, 2)):
+        fresh = assign_arguments(bs=bs, length=length, n_tokens=n_tokens)
+        served = c.served()
+        answer, launch = _launched_with(c.assign, driver, "auto", *fresh, batch_size, record=16)
+        assert answer is True and c.served() == served + 1
+        function, grid, stream, words = launch
+        bs_launched = length if batch_size is None else batch_size  # None: len(req_pool_indices)
+        assert (function, grid, stream) == (0x4444, (*launch_plan.assign_grid(bs_launched), 1), STREAM)
+        assert words[:5] == tuple(a.data_ptr() for a in fresh)
+        assert words[5:15] == tuple(int_word(v) for v in assign_ints(bs_launched, *fresh)) and words[15] == 0  # scratch
+    strided = (args[0], torch.zeros(20, 300, dtype=torch.int32)[::2, ::3], *args[2:])  # the table's strides are ints
+    memo[c.assign_signature("auto", *strided, 8)] = [assign_kernel(c)]
+    answer, (_, _, _, words) = _launched_with(c.assign, driver, "auto", *strided, 8)
+    assert answer is True and words[5:15] == tuple(int_word(v) for v in assign_ints(8, *strided))
+
+
+def test_no_request_to_assign_is_served_without_a_kernel(call_path, driver):
+    c, memo = call_path
+    memo[c.assign_signature("auto", *assign_arguments(), 8)] = [None]
+    for args, batch_size in ((assign_arguments(), 0), (assign_arguments(bs=0), None), (assign_arguments(bs=0), 0)):
+        served = c.served()
+        assert _launched_with(c.assign, driver, "auto", *args, batch_size) == (True, None) and c.served() == served + 1
+    assert _launched_with(c.assign, driver, "auto", *assign_arguments(), 8)[1] is None  # bs 8: the slot holds none
+
+
+def test_what_the_assignment_call_path_declines(call_path, driver):
+    c, memo = call_path
+    args = assign_arguments()
+    sig = c.assign_signature("auto", *args, 8)
+    memo[sig] = [assign_kernel(c)]
+    declined = lambda *arguments: _launched_with(c.assign, driver, "auto", *arguments) == (sig, None)  # noqa: E731
+    assert _launched_with(c.assign, driver, "auto", *args, 8)[0] is True
+    for batch_size in (9, -1, True, 8.0, torch.tensor(8), 2**70, "8"):  # past a length, negative, no exact int
+        assert declined(*args, batch_size), batch_size
+    rows, table, start, end, loc = args
+    for short in ((rows[:7], table, start, end, loc), (rows, table, start[:7], end, loc), (rows, table, start, end[:7], loc)):
+        assert declined(*short, 8) and _launched_with(c.assign, driver, "auto", *short, 7)[0] is True
+    shifted = torch.zeros(1001, dtype=torch.int64)[1:]  # 8 bytes past a 16-byte boundary
+    assert declined(rows, table, start, end, shifted, 8)
+    driver.context = 0
+    assert declined(*args, 8)
+    driver.context = 1
+    configure(c, memo, hooks=SimpleNamespace(launch_enter_hook=print, launch_exit_hook=None))
+    assert declined(*args, 8)
+    configure(c, memo, current_device=lambda: 1)  # the table's device is none
+    assert declined(*args, 8)
+    configure(c, memo)
+    memo[sig] = [kernel(c, n_scratch=0)]  # a scatter kernel (four pointers, eight ints) in the assignment's family
+    assert declined(*args, 8)
+    memo[sig] = [kernel(c, n_ints=launch_plan.ASSIGN_INTS, n_scratch=0, n_pointers=4, n_window=1)]  # 4 + 1 pointers
+    assert declined(*args, 8)
+    memo[sig] = [assign_kernel(c)] * 2  # not a family of one slot
+    configure(c, memo)
+    assert declined(*args, 8)
+    memo[sig] = [assign_kernel(c)]
+    assert _launched_with(c.assign, driver, "auto", *args, 8)[0] is True
+    assert _launched_with(c.assign, driver, "triton", *args, 8)[1] is None  # another backend: another signature
+
+
+def test_max_requests_and_int32_bound_the_assignment(call_path, driver):
+    c, memo = call_path
+    huge = torch.zeros(1, dtype=torch.int64).expand(2**31)  # no memory behind its repeats: a length past int32
+    args = (huge, torch.zeros(10, 100, dtype=torch.int32), huge, huge, torch.zeros(4, dtype=torch.int64))
+    sig = c.assign_signature("auto", *args, 1)
+    memo[sig] = [assign_kernel(c)]
+    assert _launched_with(c.assign, driver, "auto", *args, 2**31)[1] is None  # past MAX_REQUESTS (and int32)
+    answer, launch = _launched_with(c.assign, driver, "auto", *args, 2**31 - 1)  # MAX_REQUESTS itself
+    assert answer is True and launch[1] == (*launch_plan.assign_grid(2**31 - 1), 1)
+    assert _launched_with(c.assign, driver, "auto", *args, None)[1] is None  # None: bs = 2**31
+    wide = torch.zeros(1, dtype=torch.int64).expand(2**31)  # N past int32: the kernel's ints would take i64
+    memo[c.assign_signature("auto", *assign_arguments()[:4], wide, 8)] = [assign_kernel(c)]
+    assert _launched_with(c.assign, driver, "auto", *assign_arguments()[:4], wide, 8)[1] is None
+
+
+def test_the_scatter_and_the_assignment_keep_their_own_last_family(call_path, driver):
+    c, memo = call_path
+    scatter, assignment = cpu_arguments(), assign_arguments()
+    memo[c.signature("auto", *scatter)] = [kernel(c, n_scratch=0, function=0x1111)] + [None] * (launch_plan.SLOTS - 1)
+    memo[c.assign_signature("auto", *assignment, 8)] = [assign_kernel(c, function=0x2222)]
+    for _ in range(2):  # alternating ops: each finds its own family
+        assert launched(c, driver, "auto", *scatter)[1][0] == 0x1111
+        assert _launched_with(c.assign, driver, "auto", *assignment, 8)[1][0] == 0x2222
 
 
 def test_the_call_path_takes_its_configuration_by_name(c_module):

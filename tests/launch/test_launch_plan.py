@@ -146,3 +146,20 @@ def test_every_small_launch_has_lanes_for_its_tiles():
         assert plan.constexprs[0] == block and dict(zip(launch_plan.LANES_CONSTEXPRS, plan.constexprs))["ONE"]
     with pytest.raises(ValueError, match="SMALL_CELLS"):
         launch_plan.RULE._replace(small_cells=block * target + 1).checked()
+
+
+@pytest.mark.parametrize("bs, grid", [(0, None), (1, (1, 64)), (16, (1, 64)), (17, (2, 64)), (256, (16, 64)),
+                                      (1024, (64, 16)), (1025, (65, 16)), (20000, (1250, 1)), (2**31 - 1, (2**27, 1))])
+def test_the_assignment_grid_is_a_function_of_bs_alone(bs, grid):
+    """Groups of ASSIGN_GROUP requests, programs per group filling ASSIGN_TARGET_PROGRAMS, at most ASSIGN_MAX_SPLIT."""
+    assert launch_plan.assign_grid(bs) == grid
+
+
+@pytest.mark.parametrize("name", ["assign_group", "assign_target_programs", "assign_max_split"])
+def test_the_native_piece_refuses_an_assignment_grid_it_cannot_plan(c_module, name):
+    with pytest.raises(ValueError):
+        c_module.configure(memo={}, tensor_type=object, hooks=None, raw_stream=lambda device: 0, current_device=None,
+                           rule=dict(launch_plan.native_config(), **{name: 0}))
+    with pytest.raises(KeyError):
+        c_module.configure(memo={}, tensor_type=object, hooks=None, raw_stream=lambda device: 0, current_device=None,
+                           rule={k: v for k, v in launch_plan.native_config().items() if k != name})

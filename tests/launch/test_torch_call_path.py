@@ -6,6 +6,9 @@ eager call whose argument signature a checked launch has remembered
 Triton kernel, with the native piece configured as the call path and
 stand-ins for the kernels a GPU would bind; the piece's signature, planning
 and launches are in test_launch_native.py, real launches in test_torch_gpu.py.
+The assignment (``assign_req_to_token_pool_func``: ``dispatch.assign_bound``,
+``remember_assign``) likewise, and end to end through the stand-in driver for
+its hostile arguments.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ import numpy as np
 import pytest
 import torch
 
-from kv_canary_torch import launch_scatter_req_token_ids_kernel, op
+from kv_canary_torch import assign_req_to_token_pool_func, launch_scatter_req_token_ids_kernel, op
 from kv_canary_torch.launch import dispatch, plan as launch_plan
-from shared_spec import errors, scatter_reference
+from shared_spec import assignment, errors, scatter_reference
 from tests.strategies import large_batch
+from tests.test_launch_native import c_module, driver  # noqa: F401 (the stand-in driver fixture and its piece)
 from tests.torch_support import as_numpy, native_module
 
 BATCH = large_batch(bs=3, width=40, seed=5)
@@ -71,6 +75,7 @@ def remembering(monkeypatch, tmp_path_factory):
         pytest.skip("drives the interpreted kernel on CPU tensors; on a GPU test_torch_gpu.py runs the real path")
     c = native_module(tmp_path_factory)
     for name, value in (("_memo", {}), ("_kernels", {}), ("_compiled", {}), ("_c", None), ("call_bound", dispatch._no_call),
+                        ("assign_bound", dispatch._no_assign),
                         ("_hook_holder", lambda: SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None))):
         monkeypatch.setattr(dispatch, name, value)
     dispatch._configure(c)
@@ -195,3 +200,80 @@ def test_another_rule_reconfigures_the_call_path_and_forgets_its_signatures(reme
     with pytest.raises(ValueError):
         dispatch.use_rule(rule._replace(small_block=16))  # SMALL and LARGE alike: refused before anything changes
     assert dispatch._rule == launch_plan.RULE
+
+
+# ---- the assignment: the same call path, its own op (dispatch.assign_bound, remember_assign) ----
+
+
+def assignment_arguments():
+    """An assignment's CPU arguments, the per-request arrays one longer than batch_size 3 (the entry past it unread)."""
+    return (torch.tensor([2, 0, 3, 9]), torch.full((4, 6), -1, dtype=torch.int32), torch.tensor([0, 1, 4, 0]),
+            torch.tensor([2, 4, 6, 0]), torch.arange(10, 17), 3)
+
+
+def test_an_assignment_taken_by_the_call_path_does_nothing_else(monkeypatch):
+    seen = []
+    monkeypatch.setattr(dispatch, "assign_bound", lambda *a: seen.append(a) or True)
+    arguments = assignment_arguments()
+    assign_req_to_token_pool_func(*arguments, backend="triton")
+    assert seen == [("triton", *arguments)] and (arguments[1] == -1).all()
+
+
+def test_a_checked_triton_assignment_remembers_its_signature_with_one_slot(remembering):
+    c, memo, _ = remembering
+    arguments = assignment_arguments()
+    expected = assignment.assignment_reference(*(a.numpy() if isinstance(a, torch.Tensor) else a for a in arguments))
+    assign_req_to_token_pool_func(*arguments, backend="triton")  # the interpreted kernel: nothing compiled to bind
+    np.testing.assert_array_equal(arguments[1].numpy(), expected)
+    signature = c.assign_signature("triton", *arguments)
+    assert memo == {signature: [None]}
+    rows, table, start, end, loc, _ = arguments
+    dispatch._kernels[dispatch.assign_variant(-1, rows, start, end, loc)] = "the bound kernel"
+    assign_req_to_token_pool_func(rows[:3], table, start[:3], end[:3], loc[:6], None, backend="triton")  # the next step
+    assert memo == {signature: ["the bound kernel"]}  # the same signature (no capsule: the checked path ran)
+    np.testing.assert_array_equal(table.numpy(), expected)
+
+
+@pytest.mark.parametrize("change", [
+    lambda a: dict(backend="torch"),  # not Triton's launch
+    lambda a: dict(arguments=(*a[:4], a[4].float(), a[5])),  # a check fails
+    lambda a: dict(arguments=(*a[:5], 5)),  # batch_size past the per-request lengths
+])
+def test_no_other_assignment_is_remembered(remembering, change):
+    _, memo, _ = remembering
+    options = dict(arguments=assignment_arguments(), backend="triton") | change(assignment_arguments())
+    try:
+        assign_req_to_token_pool_func(*options["arguments"], backend=options["backend"])
+    except (errors.KvCanaryTypeError, errors.KvCanaryValueError):
+        pass
+    assert memo == {}
+
+
+def test_the_signature_assign_bound_gives_is_the_one_remembered(remembering, monkeypatch):
+    _, memo, _ = remembering
+    monkeypatch.setattr(dispatch, "assign_bound", lambda *a: b"the signature assign gave")
+    assign_req_to_token_pool_func(*assignment_arguments(), backend="triton")
+    assert list(memo) == [b"the signature assign gave"]
+
+
+HOSTILE = ["meta", "sparse", "negative_bit", "freed", "inference", "read_only_numpy"]
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_hostile_assignment_with_a_remembered_signature_gets_the_specs_error(remembering, driver, monkeypatch, name):
+    """The valid call's signature remembered with a kernel, launched through the stand-in driver: a hostile argument
+    of that call (the reader's declines, or a signature of its own that was never remembered) is never launched."""
+    from tests.test_assign_torch import hostile
+
+    c, memo, _ = remembering
+    monkeypatch.setattr(dispatch, "_raw_stream", lambda device: 0x5000)
+    dispatch._configure(c)  # with the stand-in stream: a launch reaches the stand-in driver
+    valid = hostile(None)
+    memo[c.assign_signature("triton", *valid.values(), 2)] = [c.bind(0x4444, 128, 0, launch_plan.ASSIGN_INTS, 0, None, 0, 5)]
+    served = c.served()
+    assign_req_to_token_pool_func(*valid.values(), 2, backend="triton")  # served by the stand-in driver: nothing written
+    assert c.served() == served + 1 and (valid["req_to_token"] == -5).all()
+    arguments = hostile(name)
+    with pytest.raises((errors.KvCanaryTypeError, errors.KvCanaryValueError)):
+        assign_req_to_token_pool_func(*arguments.values(), 2, backend="triton")
+    assert c.served() == served + 1

@@ -36,6 +36,10 @@ def test_host_figures_cover_every_pattern_and_run(figures):
     measured, _ = figures
     assert set(measured["host"]) == {f"{p}/{r}" for p in bench_assign.HOST_PATTERNS for r in bench_assign.HOST_RUNS}
     assert all(0 < f["median_us"] <= f["p90_us"] for f in measured["host"].values())
+    # the share of our calls the native call path served: off on the CPU (no driver), else a fraction
+    shares = [measured["host"][f"{p}/ours"]["native_share"] for p in bench_assign.HOST_PATTERNS]
+    assert all(share is None or 0 <= share <= 1 for share in shares)
+    assert "ours served natively" in bench_assign.render(dict(measured, jax=None))
 
 
 def test_the_gate_refuses_a_table_that_differs_from_the_baseline(monkeypatch):

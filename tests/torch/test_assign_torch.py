@@ -11,6 +11,7 @@ from hypothesis import given, strategies as st
 from kv_canary.platform import cuda_available
 from kv_canary_torch import assign_req_to_token_pool_func
 from kv_canary_torch.conformance import TorchRunner
+from kv_canary_torch.launch import plan as launch_plan
 from shared_spec import assignment, errors
 from shared_spec.build_cases import sentinel_pool
 from shared_spec.cases import ASSIGN, load_cases
@@ -93,7 +94,7 @@ def test_windows_longer_than_a_lap_of_the_split_programs():
     """Windows past SPLIT * BLOCK columns: each program of a group takes several chunks, every SPLIT-th."""
     from kv_canary_torch import assign_kernel
 
-    lap = assign_kernel.split_for(1) * assign_kernel.BLOCK
+    lap = launch_plan.assign_split(1) * assign_kernel.BLOCK
     width = 2 * lap + 37
     start = np.array([0, 5, lap - 3], np.int64)
     end = np.array([width, 2 * lap + 1, width + 9], np.int64)  # the last runs past the table: clipped
@@ -168,14 +169,62 @@ def test_gpu_is_sglangs_table_on_its_inputs(bs, new_tokens, dtype):
 
 @gpu
 @needs_cuda
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_gpu_later_calls_are_served_by_the_native_call_path_with_sglangs_tables(dtype):
+    """The serving pattern: one table, bs and lengths new every call, per-request arrays longer than bs (entries
+    past it never read). The first call remembers the signature; every later one is served in one C++ call."""
+    from kv_canary.baseline_assign import sglang_style_assign
+    from kv_canary_torch.launch import dispatch, native
+
+    n_rows, width = 2100, 4097
+    ours = torch.from_numpy(sentinel_pool(n_rows, width)).cuda()
+    theirs = ours.clone()
+    steps = [(1, 1), (64, 1), (300, 37), (8, 2048), (1000, 1), (17, 5), (1024, 1), (2, 3)]
+    for k, (bs, new_tokens) in enumerate(steps):
+        rng = np.random.default_rng(k)
+        lengths = np.full(bs, new_tokens, np.int64)
+        start = rng.integers(0, width - lengths + 1)
+        rows = rng.permutation(n_rows)[:bs]
+        loc = rng.integers(0, 2**31 - 1, int(lengths.sum()))
+        pad = lambda x: torch.from_numpy(np.concatenate([x, np.full(3, 10**6)]).astype(dtype)).cuda()  # noqa: E731
+        arguments = (pad(rows), pad(start), pad(start + lengths), torch.from_numpy(loc.astype(dtype)).cuda())
+        if k == 1:  # the first call remembered the signature and built (or loaded) the native piece
+            assert native.module() is not None, native.unavailable_reason()
+            assert dispatch.served() is not None, "the call path is not configured"
+            served = dispatch.served()
+        assign_req_to_token_pool_func(arguments[0], ours, arguments[1], arguments[2], arguments[3], bs)
+        sglang_style_assign(arguments[0], theirs, arguments[1], arguments[2], arguments[3], bs)
+        assert torch.equal(ours, theirs), (bs, new_tokens)
+    assert dispatch.served() == served + len(steps) - 1
+    before = ours.clone()
+    rows, start, end, loc = arguments
+    for call, error in (  # the remembered signature with lengths that do not relate: the spec's errors, nothing written
+        (lambda: assign_req_to_token_pool_func(rows, ours, start, end, loc, rows.shape[0] + 1), errors.KvCanaryValueError),
+        (lambda: assign_req_to_token_pool_func(rows, ours, start[:1], end, loc, 2), errors.KvCanaryValueError),
+        (lambda: assign_req_to_token_pool_func(rows, ours, start, end, loc, -1), errors.KvCanaryValueError),
+        (lambda: assign_req_to_token_pool_func(rows, ours, start, end, loc, True), errors.KvCanaryTypeError),
+        (lambda: assign_req_to_token_pool_func(rows, ours, start, end, loc.float(), 2), errors.KvCanaryTypeError),
+    ):
+        served = dispatch.served()
+        with pytest.raises(error):
+            call()
+        assert dispatch.served() == served
+    torch.cuda.synchronize()
+    assert torch.equal(ours, before)
+
+
+@gpu
+@needs_cuda
 def test_gpu_compiles_one_kernel_for_every_batch_size_and_table():
     from kv_canary_torch import assign_kernel
 
+    caches = assign_kernel.assign_kernel.device_caches
+    compiled = lambda: sum(len(cache[0]) for cache in caches.values())  # noqa: E731 (earlier tests' variants count too)
+    before = compiled()
     for bs, width in ((1, 17), (3, 4097), (64, 33), (1000, 2049), (5000, 5)):
         batch = sglang_inputs(bs, width, 1)
         run(batch, "triton", "cuda")
-    caches = assign_kernel.assign_kernel.device_caches
-    assert sum(len(cache[0]) for cache in caches.values()) == 1
+    assert compiled() - before <= 1  # int64 indices, contiguous: one variant, compiled here unless an earlier test did
 
 
 @gpu
