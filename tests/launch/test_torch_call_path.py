@@ -23,7 +23,7 @@ from kv_canary_torch import assign_req_to_token_pool_func, launch_scatter_req_to
 from kv_canary_torch.launch import dispatch, plan as launch_plan
 from shared_spec import assignment, errors, scatter_reference
 from tests.strategies import large_batch
-from tests.test_launch_native import c_module, driver  # noqa: F401 (the stand-in driver fixture and its piece)
+from tests.launch.test_launch_native import c_module, driver  # noqa: F401 (the stand-in driver fixture and its piece)
 from tests.torch_support import as_numpy, native_module
 
 BATCH = large_batch(bs=3, width=40, seed=5)
@@ -263,7 +263,7 @@ HOSTILE = ["meta", "sparse", "negative_bit", "freed", "inference", "read_only_nu
 def test_a_hostile_assignment_with_a_remembered_signature_gets_the_specs_error(remembering, driver, monkeypatch, name):
     """The valid call's signature remembered with a kernel, launched through the stand-in driver: a hostile argument
     of that call (the reader's declines, or a signature of its own that was never remembered) is never launched."""
-    from tests.test_assign_torch import hostile
+    from tests.torch.test_assign_torch import hostile
 
     c, memo, _ = remembering
     monkeypatch.setattr(dispatch, "_raw_stream", lambda device: 0x5000)
