@@ -10,7 +10,8 @@ write, ``shared_spec.reference``): it packs the flat tokens, the offsets (a cumu
 and the first columns into the next staging slot, copies the used part of it to the same slot of the device buffer in
 one asynchronous copy on the current stream, and launches once on views of the device slot. The copy is the driver's
 (``cuMemcpyHtoDAsync`` through the launcher's native piece, once the piece is loaded and where the process sees one
-device: about 0.5 us of host time where torch's ``copy_`` costs 5 on the H200), else ``copy_(non_blocking=True)``.
+device: 2.8-4.3 us of host time where torch's ``copy_`` costs 4.9-7.8, and a step 13-27 us where it is 15-35, in
+``benchmarks/incremental_parts.py`` on the H200, 2026-12-02), else ``copy_(non_blocking=True)``.
 No tensor is allocated per step: the device views of a slot's ``(bs, count)`` are made once and kept (the last 8
 shapes per slot), so a repeated shape runs no torch op before the launch. ``rows`` and ``start_cols`` are sequences of
 ints, 1-D integer numpy arrays or CPU tensors of ``bs`` entries (numpy arrays and tensors cost one copy; a list costs
