@@ -364,16 +364,19 @@ def test_bench_tpu_path_runs_here_with_what_is_available(monkeypatch, tmp_path, 
     """``run_tpu`` end to end on a tiny case (on this host only "xla" runs natively; on a TPU also "mosaic_tpu")."""
     import argparse
 
-    from kv_canary import bench
+    from kv_canary import bench, bench_cases, bench_jax, bench_method
 
-    monkeypatch.setattr(bench, "CASES", [(2, 8, False, False)])
-    monkeypatch.setattr(bench, "CHAIN", 2)
-    monkeypatch.setattr(bench, "WALL_CALLS", 5)
+    # Where run_tpu's parts read them (kv_canary.bench only re-exports them): one tiny case, short chains, few wall calls.
+    monkeypatch.setattr(bench_cases, "CASES", [(2, 8, False, False)])
+    for module in (bench_method, bench_jax):
+        monkeypatch.setattr(module, "CHAIN", 2)
+    monkeypatch.setattr(bench_jax, "WALL_CALLS", 5)
     out = tmp_path / "tpu.md"
     args = argparse.Namespace(case=None, quick=True, json=False, write=str(out))
     with jax.default_device(jax.devices()[0]):  # where the command computes (the TPU, on a TPU host)
         assert bench.run_tpu(args) == 0
     table = capsys.readouterr().out
     assert "| 2 | 8 | no | 9 | 16 |" in table and "XLA us" in table
+    assert len([line for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]) == 1  # that case alone
     assert out.read_text().startswith(bench.TPU_PERFORMANCE_HEADER)
     assert not bench.tpu_available() or jax.devices()[0].platform == "tpu"

@@ -3,16 +3,23 @@
 ``native.compile_cached`` builds it; ``dispatch._load_call_path`` builds and
 loads it at a process's first remembered call on a GPU. Runs on a CPU
 machine: the builders are child processes whose $CXX is a wrapper script that
-logs each compiler run (then runs the real compiler, after ``HOLD`` seconds or
-once the file ``HOLD_UNTIL`` exists when set, or fails when ``FAIL`` names
-it), so that the tests count compiles. A CPU machine has no CUDA driver, so
-the children load the piece without one (``native.module`` loads it with).
+logs each compiler run (then "compiles", after ``HOLD`` seconds or once the
+file ``HOLD_UNTIL`` exists when set, or fails when ``FAIL`` names it), so that
+the tests count compiles. What these tests hold is the build's bookkeeping
+(one compile for processes side by side, the cache, partial folders, the
+lock), not the compiler's work: the wrapper writes the piece the real
+compiler built once for the test session (``shared_native_cache``, which the
+launcher's tests load too) where the command line's ``-o`` names, as the
+compiler would, and fails as the compiler does where that folder is gone. A
+CPU machine has no CUDA driver, so the children load the piece without one
+(``native.module`` loads it with).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -54,23 +61,39 @@ echo "start $(basename "$0")" >> "$COMPILER_LOG"
 if [ "$FAIL" = "$(basename "$0")" ]; then exit 1; fi
 if [ -n "$HOLD" ]; then sleep "$HOLD"; fi
 if [ -n "$HOLD_UNTIL" ]; then while [ ! -e "$HOLD_UNTIL" ]; do sleep 0.05; done; fi
-{real} "$@"
+output=
+while [ $# -gt 0 ]; do
+  if [ "$1" = "-o" ]; then output=$2; fi
+  shift
+done
+cp {built} "$output"
 status=$?
 echo "end $(basename "$0") $status" >> "$COMPILER_LOG"
 exit $status
 """
 
 
-@pytest.fixture
-def machine(tmp_path):
-    """A fresh cache folder and a logging compiler wrapper: ``(env, cache, compiles)``; ``compiles()`` lists the runs so far."""
-    real = native.compiler()
-    if real is None:
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The piece as the real compiler builds it (once for the test session, in the cache the launcher's tests share)."""
+    if native.compiler() is None:
         pytest.skip("needs a C++ compiler")
+    return native.build(shared_native_cache(tmp_path_factory))
+
+
+@pytest.fixture
+def wrapper(tmp_path, built):
+    """The logging compiler wrapper (``WRAPPER``), writing ``built`` where its command line's ``-o`` names."""
+    path = tmp_path / "cxx"
+    path.write_text(WRAPPER.format(built=shlex.quote(str(built))))
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def machine(tmp_path, wrapper):
+    """A fresh cache folder and a logging compiler wrapper: ``(env, cache, compiles)``; ``compiles()`` lists the runs so far."""
     log, cache = tmp_path / "compiles.log", tmp_path / "cache"
-    wrapper = tmp_path / "cxx"
-    wrapper.write_text(WRAPPER.format(real=real))
-    wrapper.chmod(0o755)
     env = dict(os.environ, KV_CANARY_CACHE_DIR=str(cache), CXX=str(wrapper), COMPILER_LOG=str(log),
                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for variable in ("HOLD", "HOLD_UNTIL", "FAIL", native.DISABLE):
@@ -153,7 +176,9 @@ def test_a_piece_that_fails_to_build_leaves_no_call_path_says_why_and_is_tried_o
     assert partials(cache) == []
 
 
-def test_the_build_is_cached_and_a_failed_build_says_why(tmp_path, monkeypatch):
+def test_the_build_is_cached_and_a_failed_build_says_why(tmp_path, monkeypatch, wrapper):
+    monkeypatch.setenv("COMPILER_LOG", str(tmp_path / "compiles.log"))
+    monkeypatch.setenv("CXX", str(wrapper))
     monkeypatch.setenv("KV_CANARY_CACHE_DIR", str(tmp_path / "a"))  # the default cache
     first = native.build()
     assert first.parent == tmp_path / "a" and native.build() == first
@@ -174,7 +199,9 @@ def test_a_disabled_piece_is_never_built_and_says_why(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_partial_build_of_a_dead_process_or_an_old_one_is_dropped(tmp_path):
+def test_a_partial_build_of_a_dead_process_or_an_old_one_is_dropped(tmp_path, monkeypatch, wrapper):
+    monkeypatch.setenv("COMPILER_LOG", str(tmp_path / "compiles.log"))
+    monkeypatch.setenv("CXX", str(wrapper))
     exited = subprocess.Popen(["true"])
     exited.wait()
     name = f"{native.MODULE}-x.so"
