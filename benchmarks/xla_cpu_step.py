@@ -10,7 +10,7 @@ every result agrees with the reference (``bench_step``'s check), 1 otherwise; th
 ``kv_canary.bench_assign``'s JAX step (its cases and table, this script's rounds, steps and step size).
 
     PYTHONPATH=. python benchmarks/xla_cpu_step.py [--case BSxSEQ[r] ...] [--rounds 9] [--steps 20] [--clock process] [--json]
-    PYTHONPATH=. python benchmarks/xla_cpu_step.py --assign [--rounds 9] [--steps 20]
+    PYTHONPATH=. python benchmarks/xla_cpu_step.py --assign [--rounds 9] [--steps 20] [--clock process]
 """
 
 from __future__ import annotations
@@ -50,11 +50,11 @@ def assign_verdicts(rows: list[dict]) -> list[dict]:
     return out
 
 
-def run_assign(rounds: int, steps: int, size: int, as_json: bool) -> int:
+def run_assign(rounds: int, steps: int, size: int, as_json: bool, clock: str = "wall") -> int:
     """``--assign`` (module docstring); every table is checked against the reference by ``measure_jax``."""
     from kv_canary import bench_assign
 
-    config = bench_assign.Config(device="cpu", size=size, steps=steps, jax_rounds=rounds)
+    config = bench_assign.Config(device="cpu", size=size, steps=steps, jax_rounds=rounds, clock=clock)
     rows = bench_assign.measure_jax(config, say=lambda line: print(line, file=sys.stderr, flush=True))
     result = assign_verdicts(rows)
     if as_json:
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
         import jax
 
         jax.config.update("jax_enable_x64", True)
-        return run_assign(mine.rounds, mine.steps, mine.size, mine.json)
+        return run_assign(mine.rounds, mine.steps, mine.size, mine.json, mine.clock)
     args = bench_step.parser().parse_args(["--size", str(mine.size), "--rounds", str(mine.rounds),
                                            "--steps", str(mine.steps), "--clock", mine.clock] + ([] if mine.no_windowed else ["--windowed"]))
     import jax

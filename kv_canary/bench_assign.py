@@ -65,6 +65,7 @@ class Config:
     steps: int = bench_step.STEPS
     jax_rounds: int = bench_step.ROUNDS
     warmup: int = bench_step.WARMUP
+    clock: str = "wall"  # bench_step.CLOCKS: "process" on a loaded CPU machine
 
 
 FULL = Config()
@@ -231,7 +232,7 @@ def measure_jax(config: Config = FULL, say=None) -> list[dict]:
         for step in steps.values():
             for _ in range(max(1, config.warmup)):
                 step()
-        samples = bench.interleaved_samples(steps, lambda step: bench_step.median_step_us(step, config.steps), config.jax_rounds)
+        samples = bench.interleaved_samples(steps, lambda step: bench_step.median_step_us(step, config.steps, bench_step.CLOCKS[config.clock]), config.jax_rounds)
         for name in ("library", "xla", "plain"):
             assert bench_step.agrees(steps[name], expected), f"jax {name} at {label}: the table differs from the reference"
         row = {"case": label, "bs": bs, "slots": int(inputs[3].shape[0]), "runs": bench_step.default_name()}

@@ -22,7 +22,6 @@ import sys
 import textwrap
 
 STEP_TITLE = "## JAX: what the scatter adds to a jitted step"
-SECTION = "\n## "
 
 # (section title, what it answers, columns: (key in a row's results, title)); the case and its tokens come first.
 TABLES = (
@@ -132,20 +131,21 @@ def document(meta: dict, rows: list[dict]) -> str:
         parts += ["## torch: host time in the serving pattern",
                   prose("The launcher called as a serving runtime calls it (shapes that change every call; "
                         "`kv_canary/bench_host.py`), beside one eager torch op, sglang's launch and the launcher with a piece "
-                        "of its machinery off. " + " ".join(bench_host.HEADER.split())),
+                        "of its machinery off. " + " ".join(bench_host.HEADER.split())
+                        + (f" Measured {meta['host']['measured']}." if "measured" in meta["host"] else "")),
                   "![host time per call in the serving pattern](performance-host.png)",
                   bench_host.render(meta["host"])]
     return "\n\n".join(parts) + "\n"
 
 
 def write(path, text: str) -> None:
-    """Write ``text`` to ``path``, keeping the step section of the file there (if any) where ``text`` has none."""
+    """Write ``text`` to ``path``, keeping the file's sections from the step section on (if any) where ``text`` has
+    none: the step section and the ones after it (the incremental step, the windowed kernels, the assignment) come from
+    other commands than the page's run."""
     path = pathlib.Path(path)
     old = path.read_text() if path.exists() else ""
     if STEP_TITLE in old and STEP_TITLE not in text:
-        kept = old[old.index(STEP_TITLE):]
-        following = kept.find(SECTION, len(STEP_TITLE))
-        text = text.rstrip("\n") + "\n\n" + (kept if following < 0 else kept[: following + 1]).rstrip("\n") + "\n"
+        text = text.rstrip("\n") + "\n\n" + old[old.index(STEP_TITLE):].rstrip("\n") + "\n"
     path.write_text(text)
 
 

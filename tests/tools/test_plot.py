@@ -48,12 +48,12 @@ def test_a_run_without_a_figure_leaves_its_cells_and_tables_out():
     assert "Measured 2026-01-02 at commit abc1234; gpu X." in text
 
 
-def test_writing_keeps_the_step_section_the_bench_does_not_measure(tmp_path):
+def test_writing_keeps_the_sections_from_the_step_section_on_which_the_bench_does_not_measure(tmp_path):
     page = tmp_path / "performance.md"
-    step = f"{bench_markdown.STEP_TITLE}\n\nthe step figures\n"
-    page.write_text("# old\n\n## torch: old table\n\nold\n\n" + step + "\n## a later section\n\nlater\n")
+    kept = f"{bench_markdown.STEP_TITLE}\n\nthe step figures\n\n## a later section\n\nlater\n"
+    page.write_text("# old\n\n## torch: old table\n\nold\n\n" + kept)
     bench_markdown.write(page, "# new\n\nnew figures\n")
-    assert page.read_text() == "# new\n\nnew figures\n\n" + step
+    assert page.read_text() == "# new\n\nnew figures\n\n" + kept
     bench_markdown.write(page, f"# newer\n\n{bench_markdown.STEP_TITLE}\n\nnew step figures\n")
     assert page.read_text().endswith("new step figures\n") and "the step figures" not in page.read_text()
 
