@@ -435,27 +435,17 @@ def bench(args) -> int:
     if args.windowed and not args.step:
         raise UsageError("--windowed is the step bench's: bench --step --windowed")
     if args.assign:
-        others = [name for name, on in (("--case", args.case), ("--host", args.host), ("--step", args.step),
-                                        ("--quick", args.quick), ("--incremental", args.incremental),
-                                        ("--short", args.short), ("--write", args.write)) if on]
-        if others:
-            raise UsageError(f"--assign runs its own cases and prints its tables (markdown, or --json); "
-                             f"it takes no {', '.join(others)}")
-        if missing := [name for name in ("torch", "triton") if not installed(name)]:
-            raise NothingRan(errors.not_installed(missing))
-        require_gpu(args)
+        _own_tables(args, "--assign runs its own cases and prints its tables (markdown, or --json)",
+                    (("--case", args.case), ("--host", args.host), ("--step", args.step), ("--quick", args.quick),
+                     ("--incremental", args.incremental), ("--short", args.short), ("--write", args.write)))
         from kv_canary import bench_assign
 
         return bench_assign.run(args)
     if args.incremental:
-        others = [name for name, on in (("--case", args.case), ("--host", args.host), ("--step", args.step),
-                                        ("--quick", args.quick), ("--no-jax", args.no_jax), ("--write", args.write)) if on]
-        if others:
-            raise UsageError(f"--incremental runs its own sizes and prints its tables (markdown to paste into "
-                             f"docs/performance.md, or --json); it takes no {', '.join(others)}")
-        if missing := [name for name in ("torch", "triton") if not installed(name)]:
-            raise NothingRan(errors.not_installed(missing))
-        require_gpu(args)
+        _own_tables(args, "--incremental runs its own sizes and prints its tables (markdown to paste into "
+                          "docs/performance.md, or --json)",
+                    (("--case", args.case), ("--host", args.host), ("--step", args.step), ("--quick", args.quick),
+                     ("--no-jax", args.no_jax), ("--write", args.write)))
         from kv_canary import bench_incremental
 
         return bench_incremental.run(args)
@@ -494,6 +484,18 @@ def bench(args) -> int:
     from kv_canary import bench as bench_module
 
     return bench_module.run(args)
+
+
+def _own_tables(args, what: str, options) -> None:
+    """A bench mode that runs its own cases on torch and Triton: refuses the ``options`` (``(flag, given)`` pairs) it
+    takes none of, then a machine without torch, Triton or a GPU."""
+    from kv_canary.platform import installed
+
+    if others := [name for name, on in options if on]:
+        raise UsageError(f"{what}; it takes no {', '.join(others)}")
+    if missing := [name for name in ("torch", "triton") if not installed(name)]:
+        raise NothingRan(errors.not_installed(missing))
+    require_gpu(args)
 
 
 def require_gpu(args) -> None:

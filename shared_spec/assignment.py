@@ -41,7 +41,7 @@ from typing import Mapping
 import numpy as np
 
 from shared_spec import errors
-from shared_spec.checks import MAX_REQUESTS, ArrayView, Dialect, NotAnArray, storage_error
+from shared_spec.checks import MAX_REQUESTS, ArrayView, Dialect, NotAnArray, device_error, storage_error
 from shared_spec.reference import scatter_reference
 
 OP_NAME = errors.ASSIGN_OP_NAME
@@ -155,19 +155,10 @@ def first_failure(views: Mapping[str, ArrayView | NotAnArray], batch_size=None) 
             return "batch_size", errors.value_error(errors.ASSIGN_BATCH_SIZE_RANGE, bs=bs, limit=limit, arg=name)
     if bs > MAX_REQUESTS:
         return "requests", errors.value_error(errors.for_assignment(errors.TOO_MANY_REQUESTS), bs=bs, limit=MAX_REQUESTS)
-    placed = [name for name in (TABLE, *ARGUMENT_NAMES) if views[name].device is not None]
-    if placed:
-        first, first_device = placed[0], views[placed[0]].device
-        for name in ARGUMENT_NAMES:
-            device = views[name].device
-            if device is not None and device != first_device:
-                if first == TABLE:
-                    error = errors.value_error(errors.ASSIGN_DEVICE_MISMATCH, arg=name, device=device, table_device=first_device)
-                else:
-                    error = errors.value_error(
-                        errors.ASSIGN_DEVICE_MISMATCH_HOST_TABLE, arg=name, device=device, first=first, first_device=first_device
-                    )
-                return "device", error
+    error = device_error(views, TABLE, ARGUMENT_NAMES, errors.ASSIGN_DEVICE_MISMATCH,
+                         errors.ASSIGN_DEVICE_MISMATCH_HOST_TABLE, "table_device")
+    if error is not None:
+        return "device", error
     problem = views[TABLE].write_problem
     if problem is not None:
         return "writable", errors.value_error(errors.ASSIGN_NOT_WRITABLE, reason=problem)

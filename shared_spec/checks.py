@@ -130,24 +130,30 @@ def first_failure(views: Mapping[str, ArrayView | NotAnArray]) -> tuple[str, Exc
         )
     if bs > MAX_REQUESTS:
         return "requests", errors.value_error(errors.TOO_MANY_REQUESTS, bs=bs, limit=MAX_REQUESTS)
-    # pool_out's device decides; host data (a numpy pool in the JAX frontend) has none and goes where the
-    # arrays are, so there the first argument with a device decides.
-    placed = [name for name in (OUTPUT, *names) if views[name].device is not None]
-    if placed:
-        first, first_device = placed[0], views[placed[0]].device
-        for name in names:
-            device = views[name].device
-            if device is not None and device != first_device:
-                if first == OUTPUT:
-                    error = errors.value_error(errors.DEVICE_MISMATCH, arg=name, device=device, pool_device=first_device)
-                else:
-                    error = errors.value_error(
-                        errors.DEVICE_MISMATCH_HOST_POOL, arg=name, device=device, first=first, first_device=first_device
-                    )
-                return "device", error
+    error = device_error(views, OUTPUT, names, errors.DEVICE_MISMATCH, errors.DEVICE_MISMATCH_HOST_POOL, "pool_device")
+    if error is not None:
+        return "device", error
     problem = views[OUTPUT].write_problem
     if problem is not None:
         return "writable", errors.value_error(errors.NOT_WRITABLE, reason=problem)
+    return None
+
+
+def device_error(views: dict, output: str, names, mismatch: str, mismatch_host: str, output_field: str) -> Exception | None:
+    """The device check of ``names`` (``output`` the array written): ``output``'s device decides; host data (a numpy
+    output in the JAX frontend) has none and goes where the arrays are, so there the first argument with a device
+    decides. ``mismatch`` (its device named by ``output_field``) or ``mismatch_host`` for the first argument on
+    another device; None where they agree."""
+    placed = [name for name in (output, *names) if views[name].device is not None]
+    if not placed:
+        return None
+    first, first_device = placed[0], views[placed[0]].device
+    for name in names:
+        device = views[name].device
+        if device is not None and device != first_device:
+            if first == output:
+                return errors.value_error(mismatch, arg=name, device=device, **{output_field: first_device})
+            return errors.value_error(mismatch_host, arg=name, device=device, first=first, first_device=first_device)
     return None
 
 
