@@ -41,7 +41,8 @@ from typing import Mapping
 import numpy as np
 
 from shared_spec import errors
-from shared_spec.checks import MAX_REQUESTS, ArrayView, Dialect, NotAnArray, device_error, storage_error
+from shared_spec.checks import (MAX_REQUESTS, ArrayView, Dialect, NotAnArray, compiled_predicate, device_error,
+                                 storage_error)
 from shared_spec.reference import scatter_reference
 
 OP_NAME = errors.ASSIGN_OP_NAME
@@ -192,11 +193,5 @@ def compile_fast_check(dialect: Dialect):
     terms += [dialect.same_device.format(x=name, y=TABLE) for name in ARGUMENT_NAMES if name != TABLE]
     if dialect.writable is not None:
         terms.append(dialect.writable.format(x=TABLE))
-    source = (
-        f"def fast_check({', '.join(ARGUMENT_NAMES)}, {BATCH_SIZE}):\n"
-        "    return (\n        " + "\n        and ".join(terms) + "\n    )\n"
-    )
-    exec(compile(source, "<kv-canary assignment fast_check>", "exec"), namespace)
-    check = namespace["fast_check"]
-    check.source = source
-    return check
+    return compiled_predicate(f"{', '.join(ARGUMENT_NAMES)}, {BATCH_SIZE}", terms, namespace,
+                              "<kv-canary assignment fast_check>")

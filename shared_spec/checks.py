@@ -276,11 +276,14 @@ def compile_fast_check(dialect: Dialect) -> Callable[..., bool]:
         dialect.same_device.format(x=window, y=OUTPUT),
     ]
     terms.append(f"({window} is None or (" + " and ".join(windowed) + "))")
-    source = (
-        f"def fast_check({', '.join(ARGUMENT_NAMES)}, {window}=None):\n"
-        "    return (\n        " + "\n        and ".join(terms) + "\n    )\n"
-    )
-    exec(compile(source, "<kv-canary fast_check>", "exec"), namespace)
+    return compiled_predicate(f"{', '.join(ARGUMENT_NAMES)}, {window}=None", terms, namespace, "<kv-canary fast_check>")
+
+
+def compiled_predicate(parameters: str, terms: list[str], namespace: dict, filename: str):
+    """``def fast_check(<parameters>): return <terms joined by and>``, compiled in ``namespace``; its source kept as
+    ``.source``."""
+    source = f"def fast_check({parameters}):\n    return (\n        " + "\n        and ".join(terms) + "\n    )\n"
+    exec(compile(source, filename, "exec"), namespace)
     check = namespace["fast_check"]
     check.source = source
     return check
