@@ -46,7 +46,7 @@ def using_rule(rule):
 
 
 def native_module(tmp_path_factory):
-    """The launcher's native piece built into a cache folder the test session's workers share (not the default cache:
+    """The launcher's native piece built into a cache folder the test run's workers share (not the default cache:
     its static state is this path's own)."""
     from kv_canary_torch.launch import native
 
@@ -54,5 +54,5 @@ def native_module(tmp_path_factory):
 
 
 def shared_native_cache(tmp_path_factory):
-    """The cache folder the test session's workers share for the native piece."""
+    """The cache folder the test run's workers share for the native piece."""
     return tmp_path_factory.getbasetemp().parent / "kv-canary-native"

@@ -274,7 +274,7 @@ def test_with_a_host_pool_the_first_argument_on_a_device_decides():
 
 @functools.cache
 def checkified(implementation, interpret):
-    """The checked call under jit, checkified (and jitted again): one per way for the session, so cases of one shape compile once."""
+    """The checked call under jit, checkified (and jitted again): one per way for the test run, so cases of one shape compile once."""
     jitted = jax.jit(scatter_fn(implementation, interpret, check_values=True))
     return jax.jit(checkify.checkify(jitted, errors=checkify.user_checks))
 

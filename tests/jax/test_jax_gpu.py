@@ -45,7 +45,7 @@ def scatter_fn(implementation, **kw):
 
 @functools.cache
 def jitted(implementation):
-    """One jitted function per implementation for the whole session: a shape seen before is not compiled again."""
+    """One jitted function per implementation for the whole test run: a shape seen before is not compiled again."""
     return jax.jit(scatter_fn(implementation))
 
 

@@ -52,7 +52,7 @@ def scatter_fn(**kw):
 
 @functools.cache
 def jitted():
-    """One jitted function for the whole session: a shape seen before is not compiled again."""
+    """One jitted function for the whole test run: a shape seen before is not compiled again."""
     return jax.jit(scatter_fn())
 
 

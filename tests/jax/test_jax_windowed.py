@@ -41,7 +41,7 @@ IDS = [w[0] for w in WAYS]
 
 @functools.cache
 def jitted(implementation, interpret, check_values=False):
-    """One jitted windowed call per way for the session: shapes seen before compile once."""
+    """One jitted windowed call per way for the test run: shapes seen before compile once."""
 
     def f(flat_in, offsets, rows, pool, start_cols):
         return scatter_req_token_ids(

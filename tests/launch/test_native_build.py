@@ -8,7 +8,7 @@ file ``HOLD_UNTIL`` exists when set, or fails when ``FAIL`` names it), so that
 the tests count compiles. What these tests hold is the build's bookkeeping
 (one compile for processes side by side, the cache, partial folders, the
 lock), not the compiler's work: the wrapper writes the piece the real
-compiler built once for the test session (``shared_native_cache``, which the
+compiler built once for the test run (``shared_native_cache``, which the
 launcher's tests load too) where the command line's ``-o`` names, as the
 compiler would, and fails as the compiler does where that folder is gone. A
 CPU machine has no CUDA driver, so the children load the piece without one
@@ -75,7 +75,7 @@ exit $status
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """The piece as the real compiler builds it (once for the test session, in the cache the launcher's tests share)."""
+    """The piece as the real compiler builds it (once for the test run, in the cache the launcher's tests share)."""
     if native.compiler() is None:
         pytest.skip("needs a C++ compiler")
     return native.build(shared_native_cache(tmp_path_factory))
