@@ -26,6 +26,11 @@ ROUNDS, STEPS, SIZE = 9, 20, 256
 BAR_RATIO, BAR_US = 1.1, 10.0
 
 
+def holds(xla_us: float, plain_us: float) -> bool:
+    """The bar: ``xla`` at most ``BAR_RATIO`` times ``plain``, or at most ``BAR_US`` more."""
+    return xla_us <= BAR_RATIO * plain_us or xla_us - plain_us <= BAR_US
+
+
 def verdicts(rows: list[dict]) -> list[dict]:
     """Per case and windowedness: ``xla_us``, ``plain_us``, ``ratio`` and ``bar`` (whether the bar holds)."""
     out = []
@@ -36,7 +41,7 @@ def verdicts(rows: list[dict]) -> list[dict]:
                     and p["implementation"] == bench_step.PLAIN]
         xla_us, plain_us = r["marginal_us"]["median"], plain["marginal_us"]["median"]
         out.append({"case": r["case"], "windowed": r["windowed"], "xla_us": xla_us, "plain_us": plain_us,
-                    "ratio": r["vs_plain"], "bar": xla_us <= BAR_RATIO * plain_us or xla_us - plain_us <= BAR_US})
+                    "ratio": r["vs_plain"], "bar": holds(xla_us, plain_us)})
     return out
 
 
@@ -46,7 +51,7 @@ def assign_verdicts(rows: list[dict]) -> list[dict]:
     for r in rows:
         xla_us, plain_us = r["xla_marginal_us"]["median"], r["plain_marginal_us"]["median"]
         out.append({"case": r["case"], "xla_us": xla_us, "plain_us": plain_us, "ratio": r["xla_vs_plain"],
-                    "bar": xla_us <= BAR_RATIO * plain_us or xla_us - plain_us <= BAR_US})
+                    "bar": holds(xla_us, plain_us)})
     return out
 
 

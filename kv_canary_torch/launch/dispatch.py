@@ -136,12 +136,7 @@ def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch
     else:
         kernel, names = module.scatter_req_token_ids_kernel, LANES_CONSTEXPRS
     meta = dict(zip(names, plan.constexprs), num_warps=plan.warps)
-    with INTERPRETER_LOCK if module.INTERPRETED else contextlib.nullcontext():
-        if device < 0 or device == torch.cuda.current_device():
-            compiled = kernel[plan.grid](*args, **meta)
-        else:  # Triton launches on the current device: make it pool_out's
-            with torch.cuda.device(device):
-                compiled = kernel[plan.grid](*args, **meta)
+    compiled = _triton_launch(device, lambda: kernel[plan.grid](*args, **meta))
     # Kept where Triton compiled the specialization the call path launches: i32 ints, 16-byte aligned pointers and,
     # windowed, start_cols' unit stride (compiled in).
     if (device >= 0 and compiled is not None and plan.small_ints and plan.variant not in _compiled
@@ -149,6 +144,16 @@ def launch(flat_in: torch.Tensor, offsets: torch.Tensor, req_pool_indices: torch
         tensors = (flat_in, offsets, req_pool_indices, pool_out) + (() if start_cols is None else (start_cols,))
         if not any(t.data_ptr() & 15 for t in tensors):
             _compiled[plan.variant] = (compiled, len(plan.ints), int(start_cols is not None), native.POINTERS)
+
+
+def _triton_launch(device: int, launch_kernel):
+    """``launch_kernel()``'s result (Triton's launch), under ``INTERPRETER_LOCK`` where the kernels are interpreted and
+    with ``device`` current (-1: the CPU), since Triton launches on the current device."""
+    with INTERPRETER_LOCK if interpreted() else contextlib.nullcontext():
+        if device < 0 or device == torch.cuda.current_device():
+            return launch_kernel()
+        with torch.cuda.device(device):
+            return launch_kernel()
 
 
 def assign_variant(device: int, req_pool_indices, start_offset, end_offset, out_cache_loc) -> tuple:
@@ -165,12 +170,7 @@ def launch_assign(req_pool_indices, req_to_token, start_offset, end_offset, out_
 
     tensors = (req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc)
     device = req_to_token.get_device()
-    with INTERPRETER_LOCK if interpreted() else contextlib.nullcontext():
-        if device < 0 or device == torch.cuda.current_device():
-            compiled = assign_kernel.launch(*tensors, batch_size)
-        else:  # Triton launches on the current device: make it the table's
-            with torch.cuda.device(device):
-                compiled = assign_kernel.launch(*tensors, batch_size)
+    compiled = _triton_launch(device, lambda: assign_kernel.launch(*tensors, batch_size))
     if device < 0 or compiled is None:
         return
     variant = assign_variant(device, req_pool_indices, start_offset, end_offset, out_cache_loc)
