@@ -407,8 +407,7 @@ def unavailable(kernel: str) -> str | None:
     """Why ``kernel`` cannot run here (None: it can)."""
     frontend, name = kernel.split("/")
     if kernel == "torch/assign":  # its Triton kernel, interpreted off a GPU, as the launcher's
-        kernel = "torch/triton"
-        frontend, name = "torch", "triton"
+        name = "triton"
     if frontend == "torch":
         import torch
 
