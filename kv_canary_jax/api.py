@@ -94,6 +94,21 @@ def scatter_req_token_ids(
     ``shared_spec.values`` (offsets non-decreasing from 0 up to ``len(flat_in)``,
     rows in range and distinct, first columns >= 0) before writing; a bool (or ``numpy.bool_``).
     """
+    return _scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols, implementation, interpret, check_values)
+
+
+def scatter_contiguous(flat_in, offsets, req_pool_indices, pool_out, start_cols, *, implementation=None,
+                       interpret: bool = False) -> jax.Array:
+    """``scatter_req_token_ids(..., start_cols=start_cols)`` for a caller whose ``offsets`` start at 0 and never
+    decrease by construction (the assignment's running sum): the same checks and kernels, and an XLA path that finds
+    each token's request by ``jnp.repeat`` on every platform (``xla_windowed._contiguous``). Offsets that break the
+    promise are not detected here: it is the caller's."""
+    return _scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols, implementation, interpret, False,
+                    contiguous=True)
+
+
+def _scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols, implementation, interpret, check_values,
+             contiguous: bool = False) -> jax.Array:
     if sharded.row_layout(pool_out) is not None:  # split by rows over several devices: one kernel per device
         return sharded.scatter_req_token_ids_sharded(
             flat_in, offsets, req_pool_indices, pool_out, start_cols=start_cols,
@@ -106,7 +121,7 @@ def scatter_req_token_ids(
     device, platform = _placement(values)
     plan, staged = compute.prepare(values, platform, implementation, bool(interpret), check_values)
     arrays = [jax_input(v, device) for v in values]
-    return compute.scatter(*arrays, plan=plan, interpret=bool(interpret), staged=staged)
+    return compute.scatter(*arrays, plan=plan, interpret=bool(interpret), staged=staged, contiguous=contiguous)
 
 
 def _placement(values) -> tuple[object | None, str | None]:

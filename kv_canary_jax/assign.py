@@ -11,8 +11,10 @@ writes ``out_cache_loc[pt_r : pt_r + end - start]`` from column ``start_offset[r
 ``len(req_pool_indices)``. Index arrays int32 or int64, the table int32; x64 must be enabled (the offsets are
 int64; ``errors.ASSIGN_NEEDS_X64`` otherwise, after the argument checks).
 
-It is ``assignment.windows`` in jax.numpy (a cumsum) and ``scatter_req_token_ids(..., start_cols=start)``, so it
-runs where and as the scatter runs: its default implementation (the Pallas kernels on GPUs and TPUs, XLA on the
+It is ``assignment.windows`` in jax.numpy (a cumsum) and ``scatter_req_token_ids(..., start_cols=start)``
+(``api.scatter_contiguous``: the running sum starts at 0 and never decreases, so the XLA path finds each token's
+request by ``jnp.repeat`` on every platform, GPUs included, where the scatter's own XLA path pays a ``bs * min(C,
+N)`` grid), so it runs where and as the scatter runs: its default implementation (the Pallas kernels on GPUs and TPUs, XLA on the
 CPU), or ``implementation=`` / ``interpret=`` as given. Under ``jax.jit(..., donate_argnums=1)`` the table's
 buffer is reused (in place). The spec's argument checks run first (at trace time under ``jit``), with the
 assignment's messages; an error of the scatter call is retitled the same way.
@@ -26,7 +28,7 @@ import jax.numpy as jnp
 from kv_canary_arrays.adopt import jax_input
 from kv_canary_arrays.describe import JAX, describe, jax_x64_enabled
 from kv_canary_jax import platforms
-from kv_canary_jax.api import scatter_req_token_ids
+from kv_canary_jax.api import scatter_contiguous
 from shared_spec import assignment, errors
 
 
@@ -47,10 +49,8 @@ def assign_req_to_token_pool(
     rows, table, start, end, loc = (jax_input(value, device) for value in values)
     offsets, start_cols = assignment.windows(start, end, bs, jnp)
     try:
-        return scatter_req_token_ids(
-            loc.astype(jnp.int64), offsets, rows[:bs].astype(jnp.int64), table, start_cols=start_cols,
-            implementation=implementation, interpret=interpret,
-        )
+        return scatter_contiguous(loc.astype(jnp.int64), offsets, rows[:bs].astype(jnp.int64), table, start_cols,
+                                  implementation=implementation, interpret=interpret)
     except (errors.KvCanaryTypeError, errors.KvCanaryValueError) as error:
         raise errors.retitled(error) from None
 

@@ -10,13 +10,14 @@ Contract:
   value rules are staged into the computation (``staged``: traced offsets,
   rows or start_cols) rather than checked now on the host (concrete ones: the first
   violation is raised here, before anything runs).
-- ``scatter(flat_in, offsets, rows, pool, start_cols=None, *, plan, interpret, staged)``: the
+- ``scatter(flat_in, offsets, rows, pool, start_cols=None, *, plan, interpret, staged, contiguous=False)``: the
   jitted call on JAX arrays of one device (or one device's block under
   ``shard_map``): the planned implementation, chosen per platform when
   lowering; windowed where ``start_cols`` is an array (static: None has no
   leaves, so ``jit`` traces an unwindowed call apart and it compiles exactly
   as it does without the argument; every kernel gets ``start_cols`` only when
-  windowed, and the XLA path of a windowed call is ``xla_windowed``); with
+  windowed, and the XLA path of a windowed call is ``xla_windowed``, given
+  ``contiguous``: the caller's promise that ``offsets`` starts at 0 and never decreases); with
   ``staged``, gated by the value rules (``checked.staged_checks``:
   the pool comes back unchanged when one fails; around the kernels that run
   once per example under ``vmap``, ``implementations.PER_EXAMPLE``, the gate
@@ -50,7 +51,7 @@ def prepare(values, platform, implementation, interpret: bool, check_values: boo
     return plan, False
 
 
-def _implementation(name: str, interpret: bool, windowed: bool = False):
+def _implementation(name: str, interpret: bool, windowed: bool = False, contiguous: bool = False):
     # The kernels are imported here, once chosen: jax.experimental.pallas.triton,
     # .mosaic_gpu and .tpu may not import (implementations says why), and the
     # default must fall through past them without touching them.
@@ -66,11 +67,13 @@ def _implementation(name: str, interpret: bool, windowed: bool = False):
         from kv_canary_jax import pallas_mosaic_tpu
 
         return functools.partial(pallas_mosaic_tpu.scatter, interpret=interpret)
-    return xla_windowed.scatter if windowed else xla.scatter
+    if windowed:
+        return functools.partial(xla_windowed.scatter, contiguous=contiguous)
+    return xla.scatter
 
 
-@functools.partial(jax.jit, static_argnames=("plan", "interpret", "staged"))
-def scatter(flat_in, offsets, rows, pool, start_cols=None, *, plan, interpret, staged):
+@functools.partial(jax.jit, static_argnames=("plan", "interpret", "staged", "contiguous"))
+def scatter(flat_in, offsets, rows, pool, start_cols=None, *, plan, interpret, staged, contiguous=False):
     """The planned implementation on JAX arrays; see the module docstring."""
     windowed = start_cols is not None
     # The operands every branch takes: the four, and start_cols only for a windowed call.
@@ -78,9 +81,9 @@ def scatter(flat_in, offsets, rows, pool, start_cols=None, *, plan, interpret, s
 
     def write(*args):
         if len(plan) == 1 and plan[0][0] is None:
-            return _implementation(plan[0][1], interpret, windowed)(*args)
-        per_platform = {p: _implementation(name, interpret, windowed) for p, name in plan if p is not None}
-        default = next((_implementation(name, interpret, windowed) for p, name in plan if p is None), None)
+            return _implementation(plan[0][1], interpret, windowed, contiguous)(*args)
+        per_platform = {p: _implementation(name, interpret, windowed, contiguous) for p, name in plan if p is not None}
+        default = next((_implementation(name, interpret, windowed, contiguous) for p, name in plan if p is None), None)
         return lax.platform_dependent(*args, default=default, **per_platform)
 
     if not staged:

@@ -1,9 +1,12 @@
 """The XLA path of a windowed call (``start_cols``): any platform, vectorized, exact for any values.
 
-Contract: ``scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols)`` takes int64 ``flat_in[N]``,
-``offsets[bs+1]``, ``req_pool_indices[bs]``, ``start_cols[bs]`` and an int32 ``pool_out[R, C]`` whose checks have
-passed, and returns the pool with the requests' tokens written from their first columns, exactly as
-``shared_spec.reference`` says. Scatters write the pool (in place when the caller donates it); when ``bs``, ``N``,
+Contract: ``scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols, *, contiguous=False)`` takes int64
+``flat_in[N]``, ``offsets[bs+1]``, ``req_pool_indices[bs]``, ``start_cols[bs]`` and an int32 ``pool_out[R, C]``
+whose checks have passed, and returns the pool with the requests' tokens written from their first columns, exactly as
+``shared_spec.reference`` says. ``contiguous=True`` is the caller's promise that ``offsets[0] = 0`` and ``offsets``
+never decreases, so that the segments tile ``[0, offsets[bs])`` (the assignment's running sum of lengths that are
+never negative): then every platform takes ``_contiguous``, what a JAX user writes by hand with the spec's clipping
+added, and the per-platform choice below does not apply. Scatters write the pool (in place when the caller donates it); when ``bs``, ``N``,
 ``R`` or ``C`` is 0 the pool is returned as is. Unwindowed calls take ``xla.scatter``.
 
 Per platform (``lax.platform_dependent``), both exact for any values (overlapping or decreasing segments included):
@@ -42,14 +45,36 @@ from shared_spec.reference import longest_window
 CELLS_PER_STEP = 1 << 22
 
 
-def scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols) -> jax.Array:
+def scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols, *, contiguous: bool = False) -> jax.Array:
     """The pool with the requests' tokens written from their first columns (see the module docstring)."""
     (n_tokens,), (bs,), (n_rows, width) = flat_in.shape, req_pool_indices.shape, pool_out.shape
     if min(bs, n_tokens, n_rows, width) == 0:
         return pool_out
+    if contiguous:
+        return _contiguous(flat_in, offsets, req_pool_indices, pool_out, start_cols)
     cells = xla._cells(offsets, req_pool_indices, n_rows, width, n_tokens, start_cols)
     return lax.platform_dependent(flat_in, offsets, req_pool_indices, pool_out, start_cols, cells,
                                   cuda=_per_cell, rocm=_per_cell, default=_token_pass_or_grid)
+
+
+def _contiguous(flat_in, offsets, req_pool_indices, pool_out, start_cols):
+    """Segments that tile ``[0, offsets[bs])`` (``contiguous``): each token's request by ``jnp.repeat``, one scatter.
+
+    Token ``t < min(N, offsets[bs])`` lies in exactly one segment, request ``r = repeat(arange(bs), lengths)[t]``
+    (empty segments repeat nothing), and goes to column ``c = start_cols[r] + (t - offsets[r])`` of row ``rows[r]``,
+    written where ``0 <= c < C`` and the row is in ``[0, R)``: the spec's window (``windowed_columns``) for such
+    offsets, with no value-dependent control and no ``bs * min(C, N)`` grid. ``t - offsets[r]`` lies in ``[0, N)``;
+    where ``start_cols[r] + j`` passes ``2**63 - 1`` it wraps negative and is skipped, as is its true value (past
+    ``C``), so the test is exact. Tokens past ``offsets[bs]`` (``repeat`` gives them the last request) are skipped.
+    """
+    (n_tokens,), (bs,), (n_rows, width) = flat_in.shape, req_pool_indices.shape, pool_out.shape
+    firsts = offsets[:-1]
+    request = jnp.repeat(jnp.arange(bs), offsets[1:] - firsts, total_repeat_length=n_tokens)
+    t = jnp.arange(n_tokens, dtype=jnp.int64)
+    column = start_cols[request] + (t - firsts[request])
+    row = req_pool_indices[request]
+    ok = (t < offsets[bs]) & (column >= 0) & (column < width) & (row >= 0) & (row < n_rows)
+    return pool_out.at[jnp.where(ok, row, n_rows), jnp.where(ok, column, 0)].set(flat_in.astype(jnp.int32), mode="drop")
 
 
 def _token_pass_or_grid(flat_in, offsets, req_pool_indices, pool_out, start_cols, cells):

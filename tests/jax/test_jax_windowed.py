@@ -288,6 +288,57 @@ def test_each_xla_formulation_on_random_and_extreme_windowed_batches(name):
     extreme()
 
 
+def contiguous_batch(batch):
+    """``batch`` with offsets that start at 0 and never decrease (clipped to ``[0, N + 3]`` and sorted): the promise
+    ``xla_windowed.scatter(..., contiguous=True)`` takes."""
+    flat_in, offsets, rows, pool, cols = batch
+    offsets = np.sort(np.clip(offsets, 0, flat_in.shape[0] + 3))
+    offsets[0] = 0
+    return flat_in, offsets, rows, pool, cols
+
+
+def test_the_contiguous_path_on_random_and_extreme_batches():
+    """``contiguous=True`` (the assignment's XLA path, every platform): exact wherever the segments tile ``[0,
+    offsets[bs])``, with first columns and rows anywhere (int64 extremes included) and segments past ``N``."""
+    from kv_canary_jax import xla_windowed
+
+    f = jax.jit(functools.partial(xla_windowed.scatter, contiguous=True))
+
+    @property_settings(15)
+    @given(batch=windowed_batches(max_rows=6, max_width=40, max_bs=6, max_tokens=80))
+    def random(batch):
+        batch = contiguous_batch(batch)
+        assert_same_pool(np.asarray(f(*[jnp.asarray(a) for a in batch])), scatter_reference(*batch))
+
+    @property_settings(15)
+    @given(batch=extreme_windowed_batches(max_bs=4, width=5, n_tokens=8))
+    def extreme(batch):
+        batch = contiguous_batch(batch)
+        assert_same_pool(np.asarray(f(*[jnp.asarray(a) for a in batch])), scatter_reference(*batch))
+
+    random()
+    extreme()
+
+
+@pytest.mark.parametrize("platform", ["cuda", "tpu", "cpu"])
+@pytest.mark.parametrize("bs,n_tokens,width", [(1, 1, 32769), (256, 65536, 32769), (1024, 1024, 32769)])
+def test_the_contiguous_path_lowers_to_no_loop_no_conditional_no_host_transfer_and_no_grid(platform, bs, n_tokens,
+                                                                                           width):
+    """On a GPU too: nothing read back, and no ``bs * min(C, N)`` grid, whatever the width."""
+    from kv_canary_jax import xla_windowed
+    from tests.jax.test_jax_xla import HOST, value_conditionals
+
+    args = [jax.ShapeDtypeStruct(s, t) for s, t in (((n_tokens,), jnp.int64), ((bs + 1,), jnp.int64),
+                                                     ((bs,), jnp.int64), ((bs + 1, width), jnp.int32),
+                                                     ((bs,), jnp.int64))]
+    f = functools.partial(xla_windowed.scatter, contiguous=True)
+    text = jax.jit(f, donate_argnums=3).trace(*args).lower(lowering_platforms=(platform,)).as_text()
+    assert not value_conditionals(text) and not HOST.search(text)
+    assert "stablehlo.while" not in text
+    grid = bs * min(width, n_tokens)
+    assert grid <= n_tokens or f"tensor<{grid}x" not in text and f"tensor<{bs}x{min(width, n_tokens)}x" not in text
+
+
 def test_the_token_pass_fixes_up_windows_out_of_order():
     """Decreasing and overlapping segments with first columns: the token pass writes nothing, its loop every cell."""
     flat_in = np.arange(20, dtype=np.int64) + 100
