@@ -7,26 +7,32 @@ Grid ``(cdiv(bs, GROUP), SPLIT)`` (``launch.plan.assign_grid``: a function of ``
 serves the requests ``q = g * GROUP + [0, GROUP)`` as the rows of a ``[GROUP, BLOCK]`` block, one request a row,
 ``BLOCK`` of its columns a row, and takes every ``SPLIT``-th chunk of ``BLOCK`` columns from chunk ``s``. Program
 ``(g, 0)`` issues every load of its group at once (nothing it loads waits on another); a program ``(g, s > 0)``
-stops after two loads where ``s * BLOCK`` is past a bound on the longest window of the group (``C - clip(start, 0,
-C)`` each, ``min``-ed with a positive length, 0 for a zero one)::
+stops after two loads where ``s * BLOCK`` is past a bound on the longest window of the group (``min(len, C -
+clip(start, 0, C))`` each)::
 
-    pt0   = sum of end - start over the requests before the group      -- a loop of PREFIX-wide blocks
-    len   = end - start of the group's requests (int64, widened from int32; 0 past bs)
-    pt    = pt0 + cumsum(len) - len                                    -- tl.cumsum within the group
+    len   = clip(end - start, 0, N) of each request (the spec's length: exact, ``clipped_length``)
+    pt0   = sum of len over the requests before the group      -- its first PREFIX-wide block, then a loop
+    pt    = pt0 + cumsum(len) - len                            -- tl.cumsum within the group
     base, lo, hi, shift = the windowed scatter's window of each request (vector_window over offsets
           [pt, pt + len), start_cols = start; hi = lo for a row outside the table)
-    for the chunks c = s, s + SPLIT, ... while c * BLOCK < max(hi - lo):
+    for the chunks c = s, s + SPLIT, ... (the first unconditionally, masked; the rest while c * BLOCK < max(hi - lo)):
         j = lo_q + c * BLOCK + [0, BLOCK), where j < hi_q:
         req_to_token[row_q, shift_q + j] = int32(out_cache_loc[base_q + j])
+
+The running sum never wraps: lengths lie in ``[0, N]`` and the spec refuses ``bs * N >= 2**63``
+(``shared_spec.assignment``), so ``pt`` lies in ``[0, bs * N]``. The first prefix block and the first chunk are
+peeled out of their loops so that their loads issue with the group's own, before any loop test: a decode step's
+program is one chain of loads (its lengths and the prefix's, then its slots, then the stores), with no reduction
+before its slots' loads but the prefix's sum and the group's scan.
 
 No cell needs a search for its request (each row of the block is one request), so a decode step's group of
 ``GROUP`` one-token requests is one chunk of one program, and a long request's chunks spread over the ``SPLIT``
 programs of its group. Every launch constant is fixed (``GROUP``, ``PREFIX``, ``BLOCK``); ``bs``, the table's
 shape, ``len(out_cache_loc)``, the strides and the pointers are never specialized, so a launch compiles nothing new
 for a new batch size, table or alignment (one variant per combination of the four index dtypes, and of Triton's
-int32/int64 choice for an int argument past 2**31). The prefix costs ``cdiv(g * GROUP, PREFIX)`` iterations of fixed
-width in program ``g``: one for the groups of the first ``PREFIX`` requests, ``O(bs^2 / GROUP)`` loads over the
-grid past that (run only by programs with columns to write), where sglang's kernel loads a
+int32/int64 choice for an int argument past 2**31). The prefix costs ``max(1, cdiv(g * GROUP, PREFIX))`` blocks of
+fixed width in program ``g``: one for the groups of the first ``PREFIX`` requests (group 0's masked to nothing),
+``O(bs^2 / GROUP)`` loads over the grid past that (run only by programs with columns to write), where sglang's kernel loads a
 ``next_power_of_2(bs)``-wide block in each of ``bs`` programs (``O(bs^2)``) and compiles one kernel per ``bs``
 bucket. Loads and stores are masked; ``out_cache_loc`` is read only inside ``[0, N)``, the table only written
 inside ``[0, R) x [0, C)``.
@@ -43,6 +49,15 @@ from kv_canary_torch.triton_kernel import INT64_MAX, clipped_window
 GROUP = ASSIGN_GROUP  # requests a program (the grid's rule, with the programs per group: launch.plan.assign_grid)
 PREFIX = 1024  # lengths a prefix-loop iteration sums
 BLOCK = 32  # columns of a request a chunk writes
+
+
+@triton.jit
+def clipped_length(start, end, n_tokens):
+    """``clip(end - start, 0, N)`` for any int64 ``start``, ``end``, exactly: where ``end > start`` the true
+    difference lies in ``(0, 2**64)`` and is ``end - start`` modulo ``2**64`` read unsigned, so one unsigned min
+    clips it (``shared_spec.assignment.windows``' lengths)."""
+    clipped = tl.minimum((end - start).to(tl.uint64, bitcast=True), n_tokens.to(tl.uint64))
+    return tl.where(end > start, clipped.to(tl.int64, bitcast=True), 0)
 
 
 @triton.jit
@@ -87,14 +102,11 @@ def assign_kernel(
                    n_tokens, n_rows, width, rows_stride, start_stride, end_stride, loc_stride, stride_row, stride_col,
                    PREFIX, BLOCK)
     else:
-        # A bound on the group's longest window without the running sum: a request writes at most C - shift
-        # columns, none where its length is 0, at most its length where that is positive; a negative length may
-        # still write (the wrapped running sum can make its successor's segment [-1, 2**63 - 1]), so it gets C -
-        # shift. A program with no chunk under the bound stops here, before the prefix loop (a decode step's
-        # groups have one chunk).
-        length = end - start
+        # A bound on the group's longest window without the running sum: a request writes at most its length, and at
+        # most C - shift columns. A program with no chunk under the bound stops here, before the prefix (a decode
+        # step's groups have one chunk).
         room = width - tl.minimum(tl.maximum(start, 0), width)
-        at_most = tl.max(tl.where(length > 0, tl.minimum(length, room), tl.where(length == 0, 0, room)), axis=0)
+        at_most = tl.max(tl.minimum(clipped_length(start, end, n_tokens), room), axis=0)
         if split * BLOCK < at_most:
             copy_group(rows_ptr, table_ptr, start_ptr, end_ptr, loc_ptr, start, end, r, mine, first_request,
                        split * BLOCK, n_tokens, n_rows, width, rows_stride, start_stride, end_stride, loc_stride,
@@ -108,33 +120,46 @@ def copy_group(rows_ptr, table_ptr, start_ptr, end_ptr, loc_ptr, start, end, r, 
     """This program's chunks of the group's requests ``r`` (``mine``: ``r < bs``; ``start``, ``end`` loaded), from
     column chunk ``c0`` (the module docstring's loop)."""
     row = tl.load(rows_ptr + r * rows_stride, mask=mine, other=-1).to(tl.int64)
-    # The running sum before the group: fixed-width blocks of lengths, wrapping int64 as sglang's sum.
-    pt0 = tl.zeros((), tl.int64)
-    b = first_request - first_request
+    # The running sum before the group: its first PREFIX-wide block of lengths (masked: nothing for group 0), then
+    # the rest in a loop (groups past the first PREFIX requests).
+    idx = tl.arange(0, PREFIX).to(tl.int64)
+    before = idx < first_request
+    s = tl.load(start_ptr + idx * start_stride, mask=before, other=0).to(tl.int64)
+    e = tl.load(end_ptr + idx * end_stride, mask=before, other=0).to(tl.int64)
+    pt0 = tl.sum(clipped_length(s, e, n_tokens), axis=0)
+    b = first_request - first_request + PREFIX
     while b < first_request:
         idx = b + tl.arange(0, PREFIX)
-        m = idx < first_request
-        s = tl.load(start_ptr + idx * start_stride, mask=m, other=0).to(tl.int64)
-        e = tl.load(end_ptr + idx * end_stride, mask=m, other=0).to(tl.int64)
-        pt0 += tl.sum(e - s, axis=0)
+        before = idx < first_request
+        s = tl.load(start_ptr + idx * start_stride, mask=before, other=0).to(tl.int64)
+        e = tl.load(end_ptr + idx * end_stride, mask=before, other=0).to(tl.int64)
+        pt0 += tl.sum(clipped_length(s, e, n_tokens), axis=0)
         b += PREFIX
-    length = end - start
+    length = clipped_length(start, end, n_tokens)
     pt = pt0 + tl.cumsum(length, axis=0) - length  # the windowed scatter's offsets[r]
     base, lo, hi, shift = vector_window(pt, pt + length, start, width, n_tokens)
     row_ok = mine & (row >= 0) & (row < n_rows)
     hi = tl.where(row_ok, hi, lo)
-    longest = tl.max(hi - lo, axis=0)  # hi >= lo (written_columns)
     # Request q's column j reads out_cache_loc[base_q + j] and writes the table's element offset
     # row_q * stride_row + (shift_q + j) * stride_col.
     token_at = (base + lo)[:, None]
     cell_at = (tl.where(row_ok, row, 0) * stride_row + (shift + lo) * stride_col)[:, None]
     width_q = (hi - lo)[:, None]
+    # The first chunk before the loop's test (its reduction off the chain of a one-chunk group); masked, so a
+    # program whose chunk is past every window stores nothing.
+    j = c0 + tl.arange(0, BLOCK)[None, :]  # [1, BLOCK]: columns past each request's lo
+    m = j < width_q
+    ids = tl.load(loc_ptr + (token_at + j) * loc_stride, mask=m)
+    tl.store(table_ptr + cell_at + j * stride_col, ids.to(tl.int32), mask=m)
+    c0 += tl.num_programs(1) * BLOCK
+    longest = tl.max(hi - lo, axis=0)  # hi >= lo (written_columns)
     while c0 < longest:
-        j = c0 + tl.arange(0, BLOCK)[None, :]  # [1, BLOCK]: columns past each request's lo
+        j = c0 + tl.arange(0, BLOCK)[None, :]
         m = j < width_q
         ids = tl.load(loc_ptr + (token_at + j) * loc_stride, mask=m)
         tl.store(table_ptr + cell_at + j * stride_col, ids.to(tl.int32), mask=m)
         c0 += tl.num_programs(1) * BLOCK
+
 
 def launch(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size: int):
     """One launch over checked tensors on the current device (nothing when ``batch_size`` is 0: None); no host sync.
