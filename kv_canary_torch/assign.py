@@ -46,7 +46,8 @@ def assign_req_to_token_pool_func(
     req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size, *, backend: str = "auto",
 ) -> None:
     """``req_to_token[req_pool_indices[r], start_offset[r]:end_offset[r]] = out_cache_loc[pt_r : pt_r + len_r]`` for
-    ``r < batch_size``, ``pt_r`` the running sum of the lengths; clipped to the table (``shared_spec.assignment``)."""
+    ``r < batch_size``, ``pt_r`` the running sum of the lengths (a negative one counts 0); clipped to the table
+    (``shared_spec.assignment``)."""
     signature = dispatch.assign_bound(
         backend, req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size
     )
@@ -91,7 +92,7 @@ def _launch_triton(rows, table, start, end, loc, batch_size: int) -> None:
 
 def _compose(rows, table, start, end, loc, batch_size: int, implementation: str) -> None:
     """The assignment as the spec writes it: ``windows`` in torch ops, then the windowed scatter on ``implementation``."""
-    offsets, start_cols = assignment.windows(start, end, batch_size, torch)
+    offsets, start_cols = assignment.windows(start, end, batch_size, loc.shape[0], torch)
     launch_scatter_req_token_ids_kernel(
         flat_in=loc.to(torch.int64), offsets=offsets, req_pool_indices=rows[:batch_size].to(torch.int64),
         pool_out=table, start_cols=start_cols, backend=implementation,
