@@ -19,9 +19,10 @@ and the scatter's launcher with ``start_cols`` on that backend (the torch backen
 The call path (``launch.dispatch``): the first call of an argument signature (``native.cpp``'s: the tensors'
 metadata with the per-request and token lengths zeroed, the backend named) runs the checks and Triton's launch
 (``_launch_triton``), then is remembered (``dispatch.remember_assign``); a later call with that signature, whose
-``batch_size`` is an int (or None) within each per-request length and ``MAX_REQUESTS``, is checked and launched in
-one C++ call (``dispatch.assign_bound``), the scatter's native call path with the assignment's op: every check is a
-function of the signature and those relations. The Triton launch's parameters are all the kernel takes:
+``batch_size`` is an int (or None) within each per-request length and ``MAX_REQUESTS`` and whose product with
+``len(out_cache_loc)`` is below ``assignment.SLOTS_LIMIT``, is checked and launched in one C++ call
+(``dispatch.assign_bound``), the scatter's native call path with the assignment's op: every check is a function of
+the signature and those relations. The Triton launch's parameters are all the kernel takes:
 ``batch_size`` as an int, so entries past it are never read.
 """
 
