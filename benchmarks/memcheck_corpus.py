@@ -45,7 +45,9 @@ read from column -3; each must be refused with the storage check's error and
 launch nothing, or write exactly what the reference writes.
 
 Kernels: ``torch/triton`` (the torch launcher, ``backend="triton"``), ``torch/assign``
-(``assign_req_to_token_pool_func`` with ``backend="triton"`` on each launch as an assignment, ``assignment_of``),
+(``assign_req_to_token_pool_func`` with ``backend="triton"`` on each launch's requests as an assignment,
+``assignment_of``: negative lengths, int64 extremes, rows outside the table, windows past the width; its table compared
+with the windowed scatter the spec makes of it, ``assignment_scatter``),
 ``jax/pallas`` and ``jax/mosaic`` (``scatter_req_token_ids``); on a machine
 without a CUDA GPU, ``torch/triton`` runs in Triton's interpreter, the JAX
 kernels with ``interpret=True``, and ``torch/torch`` and ``jax/xla`` can be
@@ -70,6 +72,7 @@ if not GPU:  # read by Triton when the kernel is defined, i.e. before the first 
 
 import numpy as np  # noqa: E402
 
+from shared_spec import assignment  # noqa: E402
 from shared_spec.reference import scatter_reference, windowed_columns  # noqa: E402
 
 INT64_MIN, INT64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
@@ -276,15 +279,39 @@ def run_torch(backend: str, launch) -> tuple[np.ndarray, int]:
 
 
 def assignment_of(launch) -> tuple:
-    """The launch as ``assign_req_to_token_pool``'s arguments ``(start, end)``: each request's first column (its
-    ``start_cols``, 0 unwindowed) and that plus its segment's length (wrapping), whose running sum of ``end - start``
-    from 0 is the launch's own offsets (``offsets[0]`` is 0): the assignment of these is the windowed scatter of the
-    launch with ``start_cols = start`` (``shared_spec.assignment``), so ``mismatches`` compares it as such."""
-    _, offsets, rows, _, _, start_cols = launch
+    """The launch's requests as ``assign_req_to_token_pool``'s arguments ``(rows, start, end, out_cache_loc)``.
+
+    ``start`` is each request's first column (its ``start_cols``, 0 unwindowed: in windowed launches past the width,
+    negative and at the int64 extremes). A case keeps its segment's length, ``end = start + length`` wrapping in int64
+    (lengths past the width, negative ones, the int64 extremes' lengths, and ends that wrap past the other extreme,
+    where the spec's exact length differs from the wrapped one); a bridge (its row outside the table) gets a length of
+    0, -1 or -2, a negative one leaving the running sum where it is. The spec clips each length to
+    ``len(out_cache_loc)``, so a length past every window's (more than the width plus 4: an int64 extreme's) reads
+    every slot left: those requests go last, in their order, so that every other one reads slots of its own.
+    ``out_cache_loc`` is ``flat_in`` repeated to the others' total plus half the width and one: the first of the last
+    requests reads up to its end and past it (clipped).
+    """
+    flat_in, offsets, rows, pool, _, start_cols = launch
+    width = pool.shape[1]
     start = np.zeros(rows.shape[0], np.int64) if start_cols is None else start_cols
+    lengths = offsets[1:] - offsets[:-1]  # wrapping, as the launch's segments are
+    bridge = np.arange(rows.shape[0]) % 2 == 0  # requests 2k are bridges (build_launch)
+    lengths = np.where(bridge, -(np.arange(rows.shape[0]) // 2 % 3), lengths)
     with np.errstate(over="ignore"):
-        end = start + (offsets[1:] - offsets[:-1])
-    return start, end
+        end = start + lengths
+    exact = assignment.lengths(start, end, 2**62)  # exact, clipped far past any window
+    long = exact > width + 4
+    order = np.argsort(long, kind="stable")
+    n_tokens = int(exact[~long].sum()) + width // 2 + 1
+    return rows[order], start[order], end[order], np.resize(flat_in, n_tokens)
+
+
+def assignment_scatter(launch) -> tuple:
+    """``assignment_of(launch)`` as the windowed scatter the spec defines it to be: ``(flat_in, offsets, rows,
+    start_cols)`` (``assignment.windows``), which ``mismatches`` compares the table with."""
+    rows, start, end, loc = assignment_of(launch)
+    offsets, start_cols = assignment.windows(start, end, rows.shape[0], loc.shape[0])
+    return loc, offsets, rows, start_cols
 
 
 def run_assign(launch) -> tuple[np.ndarray, int]:
@@ -293,13 +320,13 @@ def run_assign(launch) -> tuple[np.ndarray, int]:
 
     from kv_canary_torch import assign_req_to_token_pool_func
 
-    flat_in, _, rows, pool, layout, _ = launch
+    pool, layout = launch[3], launch[4]
     device = "cuda" if GPU else "cpu"
     buffer, view = _torch_pool(pool, layout, device)
     mask = torch.ones_like(buffer, dtype=torch.bool)
     mask.as_strided(view.shape, view.stride(), view.storage_offset()).fill_(False)
-    rows_t, loc, start, end = (torch.from_numpy(a).to(device) for a in (rows, flat_in, *assignment_of(launch)))
-    assign_req_to_token_pool_func(rows_t, view, start, end, loc, rows.shape[0], backend="triton")  # interpreted off a GPU
+    rows, start, end, loc = (torch.from_numpy(a).to(device) for a in assignment_of(launch))
+    assign_req_to_token_pool_func(rows, view, start, end, loc, rows.shape[0], backend="triton")  # interpreted off a GPU
     return view.cpu().numpy(), int((buffer[mask] != GUARD).sum())
 
 
@@ -450,8 +477,11 @@ def main(argv=None) -> int:
             n_cases = (launch[2].shape[0]) // 2
             try:
                 got, guards = run(launch)
-                window = assignment_of(launch)[0] if kernel == "torch/assign" else launch[5]
-                wrong = mismatches(*launch[:4], got, window) + guards
+                if kernel == "torch/assign":
+                    flat_in, offsets, rows, start_cols = assignment_scatter(launch)
+                    wrong = mismatches(flat_in, offsets, rows, launch[3], got, start_cols) + guards
+                else:
+                    wrong = mismatches(*launch[:4], got, launch[5]) + guards
             except Exception as error:  # a kernel that raises on any value fails the corpus
                 print(f"{kernel}: raised {type(error).__name__}: {error}", file=sys.stderr)
                 wrong = n_cases

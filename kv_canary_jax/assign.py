@@ -7,17 +7,19 @@ Contract::
 
 returns ``req_to_token`` with the assignment written (``shared_spec.assignment``: request ``r < batch_size``
 writes ``out_cache_loc[pt_r : pt_r + end - start]`` from column ``start_offset[r]`` of row
-``req_pool_indices[r]``, clipped to the table). ``batch_size``: a Python int (static under ``jit``), None for
-``len(req_pool_indices)``. Index arrays int32 or int64, the table int32; x64 must be enabled (the offsets are
-int64; ``errors.ASSIGN_NEEDS_X64`` otherwise, after the argument checks).
+``req_pool_indices[r]``, clipped to the table; a negative length writes nothing and leaves ``pt_r`` where it
+is). ``batch_size``: a Python int (static under ``jit``), None for ``len(req_pool_indices)``. Index arrays int32
+or int64, the table int32; x64 must be enabled (the offsets are int64; ``errors.ASSIGN_NEEDS_X64`` otherwise,
+after the argument checks).
 
-It is ``assignment.windows`` in jax.numpy (a cumsum) and ``scatter_req_token_ids(..., start_cols=start)``
-(``api.scatter_contiguous``: the running sum starts at 0 and never decreases, so the XLA path finds each token's
-request by ``jnp.repeat`` on every platform, GPUs included, where the scatter's own XLA path pays a ``bs * min(C,
-N)`` grid), so it runs where and as the scatter runs: its default implementation (the Pallas kernels on GPUs and TPUs, XLA on the
-CPU), or ``implementation=`` / ``interpret=`` as given. Under ``jax.jit(..., donate_argnums=1)`` the table's
-buffer is reused (in place). The spec's argument checks run first (at trace time under ``jit``), with the
-assignment's messages; an error of the scatter call is retitled the same way.
+It is ``assignment.windows`` in jax.numpy (the cumsum of the clipped lengths) and
+``scatter_req_token_ids(..., start_cols=start)`` (``api.scatter_contiguous``: the running sum starts at 0 and never
+decreases, so the XLA path finds each token's request by ``jnp.repeat`` on every platform, GPUs included, where the
+scatter's own XLA path pays a ``bs * min(C, N)`` grid), so it runs where and as the scatter runs: its default
+implementation (the Pallas kernels on GPUs and TPUs, XLA on the CPU), or ``implementation=`` / ``interpret=`` as
+given. Under ``jax.jit(..., donate_argnums=1)`` the table's buffer is reused (in place). The spec's argument
+checks run first (at trace time under ``jit``), with the assignment's messages; an error of the scatter call is
+retitled the same way.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def assign_req_to_token_pool(
     bs = views["req_pool_indices"].shape[0] if batch_size is None else assignment.batch_size_value(batch_size)
     device = _table_device(values)
     rows, table, start, end, loc = (jax_input(value, device) for value in values)
-    offsets, start_cols = assignment.windows(start, end, bs, jnp)
+    offsets, start_cols = assignment.windows(start, end, bs, loc.shape[0], jnp)
     try:
         return scatter_contiguous(loc.astype(jnp.int64), offsets, rows[:bs].astype(jnp.int64), table, start_cols,
                                   implementation=implementation, interpret=interpret)

@@ -19,9 +19,10 @@ and the scatter's launcher with ``start_cols`` on that backend (the torch backen
 The call path (``launch.dispatch``): the first call of an argument signature (``native.cpp``'s: the tensors'
 metadata with the per-request and token lengths zeroed, the backend named) runs the checks and Triton's launch
 (``_launch_triton``), then is remembered (``dispatch.remember_assign``); a later call with that signature, whose
-``batch_size`` is an int (or None) within each per-request length and ``MAX_REQUESTS``, is checked and launched in
-one C++ call (``dispatch.assign_bound``), the scatter's native call path with the assignment's op: every check is a
-function of the signature and those relations. The Triton launch's parameters are all the kernel takes:
+``batch_size`` is an int (or None) within each per-request length and ``MAX_REQUESTS`` and whose product with
+``len(out_cache_loc)`` is below ``assignment.SLOTS_LIMIT``, is checked and launched in one C++ call
+(``dispatch.assign_bound``), the scatter's native call path with the assignment's op: every check is a function of
+the signature and those relations. The Triton launch's parameters are all the kernel takes:
 ``batch_size`` as an int, so entries past it are never read.
 """
 
@@ -46,7 +47,8 @@ def assign_req_to_token_pool_func(
     req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size, *, backend: str = "auto",
 ) -> None:
     """``req_to_token[req_pool_indices[r], start_offset[r]:end_offset[r]] = out_cache_loc[pt_r : pt_r + len_r]`` for
-    ``r < batch_size``, ``pt_r`` the running sum of the lengths; clipped to the table (``shared_spec.assignment``)."""
+    ``r < batch_size``, ``pt_r`` the running sum of the lengths (a negative one counts 0); clipped to the table
+    (``shared_spec.assignment``)."""
     signature = dispatch.assign_bound(
         backend, req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size
     )
@@ -91,7 +93,7 @@ def _launch_triton(rows, table, start, end, loc, batch_size: int) -> None:
 
 def _compose(rows, table, start, end, loc, batch_size: int, implementation: str) -> None:
     """The assignment as the spec writes it: ``windows`` in torch ops, then the windowed scatter on ``implementation``."""
-    offsets, start_cols = assignment.windows(start, end, batch_size, torch)
+    offsets, start_cols = assignment.windows(start, end, batch_size, loc.shape[0], torch)
     launch_scatter_req_token_ids_kernel(
         flat_in=loc.to(torch.int64), offsets=offsets, req_pool_indices=rows[:batch_size].to(torch.int64),
         pool_out=table, start_cols=start_cols, backend=implementation,

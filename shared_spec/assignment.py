@@ -10,17 +10,21 @@ request-to-token table::
         pt += n
 
 That is ``scatter_req_token_ids`` with a window (``shared_spec.reference``): ``flat_in = out_cache_loc``,
-``offsets = [0, cumsum(end_offset - start_offset)]``, ``start_cols = start_offset``, ``req_pool_indices`` as they
-are, ``pool_out = req_to_token``, for the first ``batch_size`` requests. ``windows`` writes that mapping once;
-every rule follows from the scatter's, for any values:
+``offsets = [0, cumsum(length)]``, ``start_cols = start_offset``, ``req_pool_indices`` as they are,
+``pool_out = req_to_token``, for the first ``batch_size`` requests, request ``r``'s length being
+``clip(end_offset[r] - start_offset[r], 0, N)`` in exact arithmetic (``N = len(out_cache_loc)``). ``windows``
+writes that mapping once; every rule follows from the scatter's, for any values:
 
-- the lengths and their running sum are int64 and wrap as numpy's and torch's ``cumsum`` do (int32 inputs are
-  widened first, so they never wrap);
-- a request with ``end_offset < start_offset`` (a negative length) writes nothing, and the running sum goes
-  down by its length, as sglang's kernel's does: its segment's offsets decrease, which the scatter writes
-  nothing for;
+- a request with ``end_offset < start_offset`` (a negative length) writes nothing and leaves the running sum
+  where it is (sglang's callers never pass one);
+- a length is clipped to ``N``, which changes no write: a segment starting at ``pt >= 0`` reads nothing past
+  ``N``, and every later segment then starts at or past ``N``;
+- the lengths are exact (int64 extremes do not wrap; int32 inputs are widened first), and their running sum never
+  wraps: the ``"slots"`` check holds ``batch_size * N`` below ``2**63``, so ``offsets`` lie in ``[0, batch_size * N]``,
+  never decrease, and every non-empty segment is disjoint from, and after, the earlier ones;
 - columns are clipped to ``[0, C)`` (a window past the table's width, or starting before column 0, is cut),
-  rows outside ``[0, R)`` are skipped, and ``out_cache_loc`` is never read outside ``[0, len)``;
+  rows outside ``[0, R)`` are skipped (their slots still count in the running sum), and ``out_cache_loc`` is
+  never read outside ``[0, N)``;
 - values are cut to their low 32 bits (an int64 ``out_cache_loc`` into the int32 table).
 
 Arguments, in sglang's order: ``req_pool_indices``, ``start_offset``, ``end_offset`` (1-D, int32 or int64, each
@@ -79,21 +83,37 @@ CHECK_ORDER: tuple[str, ...] = (
     "dtype",  # req_to_token int32; the others int32 or int64
     "batch_size",  # an int (not a bool), 0 <= batch_size <= the length of each PER_REQUEST array, in order
     "requests",  # batch_size <= checks.MAX_REQUESTS
+    "slots",  # batch_size * len(out_cache_loc) < SLOTS_LIMIT: the running sum of the lengths fits int64
     "device",  # each argument on req_to_token's device (where it has none: the first argument's that has one)
     "writable",  # req_to_token can be written in place (frontends that write in place)
 )
+# The "slots" check's bound: batch_size * len(out_cache_loc) below it keeps the running sum of lengths clipped to
+# [0, len(out_cache_loc)] in int64.
+SLOTS_LIMIT = 2**63
 
 
-def windows(start_offset, end_offset, batch_size: int, xp=np):
+def lengths(start, end, n_tokens: int, xp=np):
+    """Each request's length ``clip(end - start, 0, n_tokens)``, exact for any int64 ``start`` and ``end``, int64.
+
+    Branch-free in wrapping int64: where ``end > start`` but ``end - start`` wrapped negative, the true difference
+    is at least ``2**63``, past ``n_tokens``. ``xp``: numpy, jax.numpy or torch (each spells ``where`` alike).
+    """
+    d = end - start  # wraps where the true difference is outside int64
+    return xp.where(end > start, xp.where((d < 0) | (d > n_tokens), n_tokens, d), 0)
+
+
+def windows(start_offset, end_offset, batch_size: int, n_tokens: int, xp=np):
     """``(offsets, start_cols)`` of the windowed scatter for the first ``batch_size`` requests, int64.
 
-    ``offsets = [0, cumsum(end - start)]`` in wrapping int64 and ``start_cols = start``, with ``xp`` numpy,
-    jax.numpy or torch (each spells ``asarray``, ``cumsum(x, 0)`` and ``concatenate`` alike), on the inputs'
-    own device: no host sync.
+    ``offsets = [0, cumsum(lengths)]`` (``lengths``: ``clip(end - start, 0, n_tokens)``, exact) and
+    ``start_cols = start``, ``n_tokens`` being ``len(out_cache_loc)``; the offsets never decrease, and with
+    ``batch_size * n_tokens < SLOTS_LIMIT`` (the ``"slots"`` check) never wrap. ``xp``: numpy, jax.numpy or torch
+    (each spells ``asarray``, ``where``, ``cumsum(x, 0)`` and ``concatenate`` alike), on the inputs' own device: no
+    host sync.
     """
     start = xp.asarray(start_offset[:batch_size], dtype=xp.int64)
     end = xp.asarray(end_offset[:batch_size], dtype=xp.int64)
-    running = xp.cumsum(end - start, 0)  # wraps in int64, as sglang's running sum does
+    running = xp.cumsum(lengths(start, end, n_tokens, xp), 0)
     # offsets[0] = 0 as an array of the inputs' framework and device: the sum of no entries, as a 1-entry array
     zero = start[:0].sum().reshape(1)
     return xp.concatenate((zero, running)), start
@@ -103,9 +123,10 @@ def assignment_reference(req_pool_indices, req_to_token, start_offset, end_offse
     """A new table: ``req_to_token`` with the assignment written (inputs untouched); the scatter's reference."""
     rows = np.asarray(req_pool_indices, dtype=np.int64)
     bs = rows.shape[0] if batch_size is None else operator.index(batch_size)
+    loc = np.asarray(out_cache_loc, dtype=np.int64)
     with np.errstate(over="ignore"):
-        offsets, start_cols = windows(np.asarray(start_offset), np.asarray(end_offset), bs)
-    return scatter_reference(np.asarray(out_cache_loc, dtype=np.int64), offsets, rows[:bs], req_to_token, start_cols)
+        offsets, start_cols = windows(np.asarray(start_offset), np.asarray(end_offset), bs, loc.shape[0])
+    return scatter_reference(loc, offsets, rows[:bs], req_to_token, start_cols)
 
 
 def batch_size_value(batch_size):
@@ -156,6 +177,9 @@ def first_failure(views: Mapping[str, ArrayView | NotAnArray], batch_size=None) 
             return "batch_size", errors.value_error(errors.ASSIGN_BATCH_SIZE_RANGE, bs=bs, limit=limit, arg=name)
     if bs > MAX_REQUESTS:
         return "requests", errors.value_error(errors.for_assignment(errors.TOO_MANY_REQUESTS), bs=bs, limit=MAX_REQUESTS)
+    n_tokens = views["out_cache_loc"].shape[0]
+    if bs * n_tokens >= SLOTS_LIMIT:
+        return "slots", errors.value_error(errors.ASSIGN_TOO_MANY_SLOTS, bs=bs, n=n_tokens)
     error = device_error(views, TABLE, ARGUMENT_NAMES, errors.ASSIGN_DEVICE_MISMATCH,
                          errors.ASSIGN_DEVICE_MISMATCH_HOST_TABLE, "table_device")
     if error is not None:
@@ -190,6 +214,7 @@ def compile_fast_check(dialect: Dialect):
     bs = f"({dialect.length.format(x='req_pool_indices')} if {BATCH_SIZE} is None else {BATCH_SIZE})"
     terms += [f"0 <= {bs} <= {dialect.length.format(x=name)}" for name in PER_REQUEST]
     terms.append(f"{bs} <= {MAX_REQUESTS}")
+    terms.append(f"{bs} * {dialect.length.format(x='out_cache_loc')} < {SLOTS_LIMIT}")  # Python ints: no overflow
     terms += [dialect.same_device.format(x=name, y=TABLE) for name in ARGUMENT_NAMES if name != TABLE]
     if dialect.writable is not None:
         terms.append(dialect.writable.format(x=TABLE))

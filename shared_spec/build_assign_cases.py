@@ -1,7 +1,8 @@
 """The conformance cases of ``assign_req_to_token_pool`` (``shared_spec.assignment``), for ``build_cases``.
 
-Value cases carry the table of ``assign_oracle``: the assignment's running sum in Python integers (wrapped to
-int64 as sglang's is), then the scatter's literal pseudo-code (``build_cases.loop_oracle``) over those offsets:
+Value cases carry the table of ``assign_oracle``: the assignment's running sum in Python integers (each length
+``max(end - start, 0)``, exact, clipped to ``len(out_cache_loc)``), then the scatter's literal pseudo-code
+(``build_cases.loop_oracle``) over those offsets:
 independent of ``assignment.windows`` and of the vectorized reference. Error cases carry their messages
 written out by hand. ``build_cases`` passes its ``loop_oracle`` and ``sentinel_pool`` in (``assign_cases``), so
 that this module imports nothing of it.
@@ -18,16 +19,14 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 T, V = "KvCanaryTypeError", "KvCanaryValueError"
 
 
-def wrap64(value: int) -> int:
-    return (value + 2**63) % 2**64 - 2**63
-
-
 def assign_oracle(loop_oracle, rows, table, start, end, out_cache_loc, batch_size=None) -> np.ndarray:
-    """The table after the assignment: pt_r the wrapped running sum of ``end - start``, then ``loop_oracle``."""
+    """The table after the assignment: pt_r the running sum of ``min(max(end - start, 0), N)`` in Python integers
+    (``N = len(out_cache_loc)``), then ``loop_oracle``."""
     bs = len(rows) if batch_size is None else batch_size
+    n_tokens = len(out_cache_loc)
     offsets, pt = [0], 0
     for r in range(bs):
-        pt = wrap64(pt + wrap64(int(end[r]) - int(start[r])))
+        pt += min(max(int(end[r]) - int(start[r]), 0), n_tokens)
         offsets.append(pt)
     columns = [int(s) for s in start[:bs]]
     return loop_oracle(
@@ -102,21 +101,32 @@ def assign_value_cases() -> list[Case]:
         assign_case("assign_window_before_column_zero", s, [0, 1], table_of(2, 6), [-2, -9], [3, -5], range(1, 10)),
         # Rows outside the table are skipped; their slots still count in the running sum.
         assign_case("assign_rows_outside_skipped", s, [-1, 0, 3, INT64_MAX, 2], table_of(3, 5), [0, 1, 0, 0, 2], [2, 3, 1, 2, 4], range(1, 10)),
-        # end < start: the request writes nothing and the running sum goes down by its length.
+        # end < start: the request writes nothing and leaves the running sum where it is: the next reads on from it.
         assign_case("assign_negative_length", s, [0, 1, 2], table_of(3, 6), [0, 5, 1], [3, 2, 4], range(1, 7)),
+        # A negative length first: the running sum stays at 0, so the next request reads from out_cache_loc[0] (a sum
+        # that went down by 4 would make its segment [-4, -1), and the third one's [-1, 1)).
+        assign_case("assign_negative_length_leaves_the_running_sum", s, [1, 0, 1], table_of(2, 5), [5, 0, 0], [1, 3, 2], range(1, 7)),
         # More slots asked than out_cache_loc holds: never read past its end.
         assign_case("assign_out_cache_loc_short", s, [0, 1], table_of(2, 8), [0, 1], [4, 7], range(1, 7)),
         assign_case("assign_int32_inputs", s, [1, 0], table_of(2, 8), [2, 0], [5, 4], range(31, 38), dtypes=i32),
         assign_case("assign_mixed_dtypes", s, [1, 0], table_of(2, 8), [2, 0], [5, 4], range(31, 38), dtypes=("int32", "int64", "int32", "int64")),
         assign_case("assign_int32_extremes", s, [0, 1], table_of(2, 4), [-(2**31), 2**31 - 3], [2**31 - 1, 2**31 - 1], range(1, 6), dtypes=i32),
         assign_case("assign_values_wrap_to_int32", s, [0], table_of(1, 6), [0], [6], [2**31, -(2**31) - 1, 2**40 + 5, INT64_MIN, INT64_MAX, -1]),
-        # int64 extremes: lengths and the running sum wrap in int64.
+        # int64 extremes: lengths are exact, clipped to len(out_cache_loc): the first request's 2**64 - 1 slots take
+        # all 6 (written nowhere: its columns start at -2**63), so the later requests read nothing.
         assign_case(
             "assign_int64_extremes", s, [0, 1, 2, 3], table_of(4, 4),
             [INT64_MIN, 0, INT64_MAX - 1, -3], [INT64_MAX, 2, INT64_MAX, 2], range(1, 7),
         ),
-        # A negative length wraps the running sum so that the next segment is [-1, 2**63 - 1]: that request writes.
-        assign_case("assign_negative_length_wraps_into_a_write", s, [0, 1], table_of(2, 4), [0, 0], [-1, INT64_MIN], range(1, 6)),
+        # The same windows, the widest last: the others read on from exact lengths (5, then 1 past the width, then 2).
+        assign_case(
+            "assign_int64_extremes_widest_last", s, [3, 2, 1, 0], table_of(4, 4),
+            [-3, INT64_MAX - 1, 0, INT64_MIN], [2, INT64_MAX, 2, INT64_MAX], range(1, 10),
+        ),
+        # end - start wraps to 1 in int64, but end < start: the request writes nothing and the sum stays at 0.
+        assign_case("assign_int64_difference_wraps_positive", s, [0, 1], table_of(2, 4), [INT64_MAX, 0], [INT64_MIN, 2], [1, 2, 3]),
+        # Negative lengths down to -2**63 (a wrapping sum would make the second segment [-1, 2**63 - 1]): nothing written.
+        assign_case("assign_negative_lengths_at_int64_min_write_nothing", s, [0, 1], table_of(2, 4), [0, 0], [-1, INT64_MIN], range(1, 6)),
         assign_case("assign_repeated_row_disjoint_windows", s, [1, 1], table_of(2, 8), [0, 3], [3, 6], range(1, 7)),
         assign_case("assign_column_slice_table", s, [2, 0], table_of(3, 7), [1, 0], [5, 7], range(21, 32), layout="column_slice"),
     ]

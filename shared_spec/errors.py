@@ -348,6 +348,12 @@ ASSIGN_PREFIX = f"kv-canary: {ASSIGN_OP_NAME}"
 ASSIGN_WRONG_DTYPE = ASSIGN_PREFIX + " {arg} must be int32 or int64, got {got}"
 ASSIGN_BATCH_SIZE_TYPE = ASSIGN_PREFIX + " batch_size must be an int, got {type_name}"
 ASSIGN_BATCH_SIZE_RANGE = ASSIGN_PREFIX + " batch_size {bs} is outside [0, {limit}]: len({arg}) is {limit}"
+# The "slots" check (shared_spec.assignment.SLOTS_LIMIT): each length is clipped to len(out_cache_loc), so the bound
+# keeps their running sum in int64.
+ASSIGN_TOO_MANY_SLOTS = (
+    ASSIGN_PREFIX + " batch_size {bs} times len(out_cache_loc) {n} is 2**63 or more: the running sum of the lengths "
+    "must fit int64"
+)
 ASSIGN_DEVICE_MISMATCH = (
     ASSIGN_PREFIX + " {arg} is on {device} but req_to_token is on {table_device}; all arrays must be on one device"
 )

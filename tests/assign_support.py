@@ -19,7 +19,8 @@ INDEX_DTYPES = ("int32", "int64")
 
 
 def literal_assignment(rows, table, start, end, out_cache_loc, batch_size=None) -> np.ndarray:
-    """sglang's loop in Python integers with the spec's clipping (for inputs whose running sum stays in int64)."""
+    """sglang's loop in Python integers with the spec's clipping: each length ``max(end - start, 0)``, exact, clipped
+    to ``len(out_cache_loc)``."""
     out = np.array(table, copy=True)
     n_rows, width = out.shape
     bs = len(rows) if batch_size is None else batch_size
@@ -29,7 +30,7 @@ def literal_assignment(rows, table, start, end, out_cache_loc, batch_size=None) 
         for j in range(max(0, -s, -pt), max(0, min(e - s, width - s, len(out_cache_loc) - pt))):
             if 0 <= row < n_rows:
                 out[row, s + j] = np.int64(out_cache_loc[pt + j]).astype(np.int32)
-        pt += e - s
+        pt += min(max(e - s, 0), len(out_cache_loc))
     return out
 
 
@@ -74,11 +75,14 @@ def assignments(max_rows=6, max_width=12, max_bs=8, dtypes=None):
     return st.one_of(well_formed(max_rows, max_width, max_bs, dtypes), anything(max_rows, max_width, max_bs, dtypes))
 
 
-# int64 extremes of the lengths and the running sum: (start, end) pairs whose differences and sums wrap.
+# int64 extremes: (start, end) pairs whose int64 differences and their sums wrap; the spec's lengths are exact and
+# clipped to len(out_cache_loc), so its running sum does neither.
 EXTREME_WINDOWS = (
     ([INT64_MIN, 0, INT64_MAX - 1, -3], [INT64_MAX, 2, INT64_MAX, 2]),
+    ([-3, INT64_MAX - 1, 0, INT64_MIN], [2, INT64_MAX, 2, INT64_MAX]),  # the widest last: the others write first
     ([0, INT64_MAX, 1], [INT64_MAX, INT64_MIN, 3]),
+    ([INT64_MAX, 0], [INT64_MIN, 2]),  # end - start wraps to 1, but end < start: nothing, and the sum stays at 0
     ([INT64_MIN, INT64_MIN], [INT64_MIN + 3, INT64_MAX]),
-    # A negative length whose wrapped running sum makes the next segment [-1, 2**63 - 1]: that request writes.
+    # Negative lengths down to -2**63 (a wrapping sum would make the second segment [-1, 2**63 - 1]): nothing written.
     ([0, 0], [-1, INT64_MIN]),
 )

@@ -61,7 +61,7 @@
  *       step; the table's shape stays), then the backend's UTF-8; batch_size is not in it. None and the errors as
  *       for `signature`. Every check of the assignment (shared_spec.assignment.CHECK_ORDER) is a function of the
  *       signature and of batch_size's relations that `assign` tests itself (an exact int, not a bool, or None;
- *       0 <= bs <= the length of each per-request array; bs <= MAX_REQUESTS).
+ *       0 <= bs <= the length of each per-request array; bs <= MAX_REQUESTS; bs * len(out_cache_loc) < 2**63).
  *   assign(backend, req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size)
  *       -> True | bytes | None
  *       `call` for the assignment: for a remembered signature whose batch_size relates (above), bs being
@@ -495,8 +495,9 @@ void scatter_plan(const TensorMeta *m, int, int64_t bs, Launch *out) {
 }
 
 /* The assignment: (req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size); batch_size
- * an exact int (no bool) or None (len(req_pool_indices)), 0 <= bs <= the length of each per-request array and
- * bs <= MAX_REQUESTS; plan.assign_grid's grid, the assignment kernel's ten ints. */
+ * an exact int (no bool) or None (len(req_pool_indices)), 0 <= bs <= the length of each per-request array,
+ * bs <= MAX_REQUESTS and bs * len(out_cache_loc) < 2**63 (the spec's "slots" check, tested without overflow);
+ * plan.assign_grid's grid, the assignment kernel's ten ints. */
 enum { A_ROWS, A_TABLE, A_START, A_END, A_LOC };
 
 bool assign_relate(const TensorMeta *m, int, PyObject *extra, int64_t *bs) {
@@ -511,8 +512,9 @@ bool assign_relate(const TensorMeta *m, int, PyObject *extra, int64_t *bs) {
             return false;
         }
     }
+    const int64_t n_tokens = m[A_LOC].sizes[0];
     return *bs >= 0 && *bs <= m[A_ROWS].sizes[0] && *bs <= m[A_START].sizes[0] && *bs <= m[A_END].sizes[0] &&
-           *bs <= call_rule.max_requests;
+           *bs <= call_rule.max_requests && !(n_tokens > 0 && *bs > INT64_MAX / n_tokens);
 }
 
 void assign_plan(const TensorMeta *m, int, int64_t bs, Launch *out) {

@@ -79,17 +79,36 @@ def test_the_script_runs_on_the_cpu():
     assert summary.groups() == ("40", "16", "0", "torch/triton, torch/assign, torch/torch, jax/xla, jax/pallas")
 
 
-def test_a_launch_as_an_assignment_is_the_launch_windowed_at_its_starts():
-    # assignment_of's claim, which lets mismatches compare the assignment's table: its reference is the scatter's of
-    # the launch with start_cols = start, on every launch of the corpus (int64 extremes and wrapping lengths included).
+def test_the_launches_as_assignments_hold_every_kind_of_malformed_value_and_read_their_slots():
+    # assignment_of's claims: negative lengths (one followed by a request that reads), int64 extremes (ends that
+    # wrap, so the int64 difference is not the length), rows outside the table, windows past the width; every
+    # request of a window's length reads all its slots (the long ones come last); and assignment_scatter is the
+    # scatter whose reference is the assignment's, which lets mismatches compare the assignment's table.
     from shared_spec import assignment
 
+    seen = set()
     for launch in mc.corpus(64 * 8, 64, seed=1):
-        flat_in, offsets, rows, pool, _, _ = launch
-        start, end = mc.assignment_of(launch)
+        rows, start, end, loc = mc.assignment_of(launch)
+        pool, starts = launch[3], start.tolist()
+        n_rows, width = pool.shape
+        exact = [e - s for s, e in zip(starts, end.tolist())]
+        with np.errstate(over="ignore"):
+            wrapped = (end - start).tolist()
+        inside = [0 <= int(r) < n_rows for r in rows]
+        seen |= {"negative_then_read" for r in range(len(rows) - 1) if exact[r] < 0 and 0 < exact[r + 1] <= width + 4}
+        seen |= {"wrapped_difference" for x, w in zip(exact, wrapped) if x != w}
+        seen |= {"int64_extreme" for x in (*starts, *end.tolist()) if x in (mc.INT64_MIN, mc.INT64_MAX)}
+        seen |= {"row_outside" for i in inside if not i}
+        seen |= {"past_width" for s, x, i in zip(starts, exact, inside) if i and 0 <= s < width < s + x <= s + width + 4}
+        flat_in, offsets, scatter_rows, start_cols = mc.assignment_scatter(launch)
         np.testing.assert_array_equal(
-            assignment.assignment_reference(rows, pool, start, end, flat_in, rows.shape[0]),
-            mc.scatter_reference(flat_in, offsets, rows, pool, start))
+            assignment.assignment_reference(rows, pool, start, end, loc, rows.shape[0]),
+            mc.scatter_reference(flat_in, offsets, scatter_rows, pool, start_cols))
+        assert (np.diff(offsets) >= 0).all()
+        short = [r for r, x in enumerate(exact) if x <= width + 4]
+        assert short == list(range(len(short)))  # the long ones last
+        assert offsets[len(short)] < loc.shape[0]  # every short one read all its slots, and some are left
+    assert seen == {"negative_then_read", "wrapped_difference", "int64_extreme", "row_outside", "past_width"}
 
 
 def test_a_default_run_launches_every_triton_kernel():

@@ -707,6 +707,23 @@ def test_max_requests_and_int32_bound_the_assignment(call_path, driver):
     assert _launched_with(c.assign, driver, "auto", *assign_arguments()[:4], wide, 8)[1] is None
 
 
+def test_a_running_sum_that_could_reach_2_to_the_63_is_declined_before_its_family_is_looked_up(call_path, driver):
+    """bs * len(out_cache_loc) >= 2**63 fails the spec's "slots" check: ``assign`` declines it among the length
+    relations, before the memo's lookup, so the lookup keeps no family for it (the int32 bound, which such an
+    ``out_cache_loc`` also fails, declines after the lookup: its family stays kept, and serves the next call)."""
+    c, memo = call_path
+    many = torch.zeros(1, dtype=torch.int64).expand(2**62)  # 2**62 slots, one in memory
+    args = (*assign_arguments(bs=2)[:4], many[:1000])  # out_cache_loc of 1000 slots, strided as `many`
+    sig = c.assign_signature("auto", *args, 2)
+    assert c.assign_signature("auto", *args[:4], many, 2) == sig  # len(out_cache_loc) is not in the signature
+    for batch_size, kept in ((2, False), (None, False), (1, True)):  # 2 * 2**62 is 2**63; 1 * 2**62 is below it
+        memo[sig] = [assign_kernel(c)]
+        configure(c, memo)  # forgets the family found last
+        assert _launched_with(c.assign, driver, "auto", *args[:4], many, batch_size) == (sig, None), batch_size
+        memo.clear()
+        assert (_launched_with(c.assign, driver, "auto", *args, 2)[0] is True) == kept, batch_size
+
+
 def test_the_scatter_and_the_assignment_keep_their_own_last_family(call_path, driver):
     c, memo = call_path
     scatter, assignment = cpu_arguments(), assign_arguments()

@@ -121,6 +121,26 @@ def test_unknown_backend_is_the_assignments_error():
     assert str(info.value).startswith(errors.ASSIGN_PREFIX + " unknown backend 'cuda'")
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_batch_size_times_the_slots_at_2_to_the_63_is_the_specs_error(backend):
+    """2 requests over an ``out_cache_loc`` of ``2**62`` entries (expanded: one in memory), whose running sum could
+    reach ``2**63``: the "slots" check's error, before anything is written; 1 request passes every check."""
+    from kv_canary_arrays.describe import TORCH, describe
+    from kv_canary_torch.assign import fast_check
+
+    t = torch.full((2, 4), -5, dtype=torch.int32)
+    rows, start, end = torch.tensor([0, 1]), torch.tensor([0, 0]), torch.tensor([2, 2])
+    many = torch.zeros(1, dtype=torch.int64).expand(2**62)
+    with pytest.raises(errors.KvCanaryValueError) as info:
+        assign_req_to_token_pool_func(rows, t, start, end, many, 2, backend=backend)
+    assert str(info.value) == errors.ASSIGN_TOO_MANY_SLOTS.format(bs=2, n=2**62)
+    assert (t == -5).all()
+    for batch_size, passes in ((2, False), (None, False), (1, True), (0, True)):
+        values = (rows, t, start, end, many)
+        views = {n: describe(v, frontend=TORCH, written=n == assignment.TABLE) for n, v in zip(assignment.ARGUMENT_NAMES, values)}
+        assert fast_check(*values, batch_size) == passes == (assignment.first_error(views, batch_size) is None)
+
+
 def test_a_failed_call_writes_nothing():
     t = torch.full((2, 4), -5, dtype=torch.int32)
     ok = torch.tensor([0, 1])
