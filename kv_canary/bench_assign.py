@@ -23,7 +23,9 @@ requests of 1-511 tokens. Every table a part writes is compared with ``assignmen
 3. JAX (``jax``): the marginal cost in ``kv_canary.bench_step``'s serving-like jitted step (its ``Step``, timer and
    rounds: ``MATMULS`` bf16 matmuls, the table donated) of ``kv_canary_jax.assign_req_to_token_pool`` (its default
    implementation) and its ``xla`` path (``implementation="xla"``, the CPU and TPU default) beside
-   ``plain_xla_assign``, what a JAX user writes (``jnp.repeat`` and one ``.at[].set``).
+   ``plain_xla_assign``, what a JAX user writes (``jnp.repeat`` and one ``.at[].set``): the wall figure (each step
+   less the step without the op, medians of interleaved rounds) and, on a GPU, the device figure
+   (``device_marginals``: the op's own kernels per step from a profiler trace of ``device_steps`` steps).
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ class Config:
     jax_rounds: int = bench_step.ROUNDS
     warmup: int = bench_step.WARMUP
     clock: str = "wall"  # bench_step.CLOCKS: "process" on a loaded CPU machine
+    device_clock: bool = True  # on a GPU, also the op's kernels' time per step from a profiler trace
+    device_steps: int = 20  # steps of each kind in that trace
 
 
 FULL = Config()
@@ -241,10 +245,34 @@ def measure_jax(config: Config = FULL, say=None) -> list[dict]:
         plain = row["plain_marginal_us"]["median"]
         row["vs_plain"] = row["library_marginal_us"]["median"] / plain if plain > 0 else None
         row["xla_vs_plain"] = row["xla_marginal_us"]["median"] / plain if plain > 0 else None
+        if config.device_clock and jax.default_backend() == "gpu":
+            row |= device_marginals(steps, config.device_steps)
         say(f"jax {label}: library {row['library_marginal_us']['median']:.1f} us, xla {row['xla_marginal_us']['median']:.1f} us, "
-            f"plain {plain:.1f} us")
+            f"plain {plain:.1f} us" + "".join(f"; {name} device {row[f'{name}_device_us']:.2f} us"
+                                              for name in ("library", "xla", "plain") if row.get(f"{name}_device_us") is not None))
         rows_out.append(row)
     return rows_out
+
+
+def device_marginals(steps: dict, calls: int) -> dict:
+    """Per kind, the device time per step of the kernels the step without the op does not run (``device_trace``):
+    the op's own kernels, summed, on the profiler's clock; with the ratios to plain's."""
+    from kv_canary import device_trace
+
+    def run(step):
+        return lambda: [step() for _ in range(calls)]
+
+    without = device_trace.trace(run(steps["without"]))
+    if without is None:
+        return {}
+    names = device_trace.kernel_names(without)
+    figures = {f"{name}_device_us": device_trace.added_kernel_us(run(steps[name]), names, calls)
+               for name in ("library", "xla", "plain")}
+    plain = figures["plain_device_us"]
+    for name, key in (("library", "vs_plain_device"), ("xla", "xla_vs_plain_device")):
+        mine = figures[f"{name}_device_us"]
+        figures[key] = mine / plain if mine is not None and plain else None
+    return figures
 
 
 # -- the whole run ----------------------------------------------------------------
@@ -297,17 +325,22 @@ def render(figures: dict) -> str:
                   "one eager torch op; *ours served natively*: the share of our calls the native call path served."),
               "\n".join(lines)]
     if figures.get("jax"):
-        lines = ["| case | slots | runs | library marginal us | vs plain | xla marginal us | vs plain | plain marginal us |",
-                 "|---|---:|---|---:|---:|---:|---:|---:|"]
+        lines = ["| case | slots | runs | library device | vs plain | xla device | vs plain | plain device "
+                 "| library wall | xla wall | plain wall |", "|---|---:|---|" + "---:|" * 8]
         for r in figures["jax"]:
-            lines.append(f"| {r['case']} | {r['slots']} | {r['runs']} | {r['library_marginal_us']['median']:.1f} "
-                         f"| {_cell(r['vs_plain'])} | {r['xla_marginal_us']['median']:.1f} | {_cell(r['xla_vs_plain'])} "
+            lines.append(f"| {r['case']} | {r['slots']} | {r['runs']} | {_cell(r.get('library_device_us'))} "
+                         f"| {_cell(r.get('vs_plain_device'))} | {_cell(r.get('xla_device_us'))} "
+                         f"| {_cell(r.get('xla_vs_plain_device'))} | {_cell(r.get('plain_device_us'))} "
+                         f"| {r['library_marginal_us']['median']:.1f} | {r['xla_marginal_us']['median']:.1f} "
                          f"| {r['plain_marginal_us']['median']:.1f} |")
         parts += ["## JAX: the assignment's marginal cost in a jitted step",
                   bench_markdown.prose(
                       "What `assign_req_to_token_pool` (its default implementation, and its `xla` path) and the plain XLA assignment "
-                      "(`jnp.repeat` and one `.at[].set`) add to `kv_canary/bench_step.py`'s step, the table donated; "
-                      "us, median over interleaved rounds."),
+                      "(`jnp.repeat` and one `.at[].set`) add to `kv_canary/bench_step.py`'s step, the table donated; us. "
+                      "*device*: the op's own kernels per step on the profiler's clock (the kernels the step without the op "
+                      "does not run, summed; GPU only); *vs plain*: over plain's device figure; *wall*: the step's wall "
+                      "time less the step's without the op, median over interleaved rounds (the step moves by several us "
+                      "from round to round, so the wall figure of an op of a few us is mostly that motion)."),
                   "\n".join(lines)]
     return "\n\n".join(parts) + "\n"
 

@@ -13,6 +13,12 @@ Contract:
 - ``kernel_events(data, marker)``: ``(start us, duration us)`` of each device
   event whose name contains ``marker`` (the kernels' name: every Pallas kernel
   here is named ``kv_canary_...``), sorted by start.
+- ``added_kernel_us(run, without_names, calls)``: the device time per call of
+  ``run()`` (which makes ``calls`` calls) spent in kernels whose names are not
+  among ``without_names`` (``kernel_names`` of a trace of the same step without
+  the op): the op's own kernels' durations in a step, summed, per call. None
+  when the profiler wrote no trace.
+- ``kernel_names(data)``: the names of every device event of a trace.
 - ``chained_device_us(events, chain)``: the device time per application of a
   jitted function that applies the op ``chain`` times in a row, from the
   kernel events of whole calls of it: per call, the end of its last kernel
@@ -88,8 +94,7 @@ def kernel_events(data, marker: str) -> list[tuple[float, float]]:
     When none matches, the most frequent device event names are printed
     (kernel names differ between JAX versions and lowerings).
     """
-    devices = device_pids(data)
-    device_events = [e for e in data.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e and e.get("pid") in devices]
+    device_events = _device_events(data)
     events = sorted((float(e["ts"]), float(e["dur"])) for e in device_events if marker in e.get("name", ""))
     if not events:
         names: dict[str, int] = {}
@@ -97,6 +102,24 @@ def kernel_events(data, marker: str) -> list[tuple[float, float]]:
             names[e.get("name", "")] = names.get(e.get("name", ""), 0) + 1
         print("  no device event named", marker, "; frequent ones:", sorted(names.items(), key=lambda x: -x[1])[:12])
     return events
+
+
+def _device_events(data) -> list[dict]:
+    devices = device_pids(data)
+    return [e for e in data.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e and e.get("pid") in devices]
+
+
+def kernel_names(data) -> set:
+    """The names of the trace's device events."""
+    return {e.get("name", "") for e in _device_events(data)}
+
+
+def added_kernel_us(run, without_names: set, calls: int) -> float | None:
+    """Microseconds per call of the device events of ``run()``'s trace whose names are not in ``without_names``."""
+    data = trace(run)
+    if data is None:
+        return None
+    return sum(float(e["dur"]) for e in _device_events(data) if e.get("name", "") not in without_names) / calls
 
 
 def chained_device_us(events: list[tuple[float, float]], chain: int) -> float | None:

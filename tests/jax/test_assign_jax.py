@@ -60,6 +60,29 @@ def test_int64_extremes(start, end):
     assert_same_pool(run(batch, "xla", False), assignment.assignment_reference(*batch))
 
 
+@pytest.mark.parametrize("prefix", ["masked_prefix", "summed_prefix"])
+def test_both_running_sums_are_the_specs_offsets(prefix):
+    """The GPU's masked running sum and the cumsum (each platform's formulation, called directly here) give
+    ``assignment.windows``' offsets on any int64 windows, extremes included."""
+    from kv_canary_jax import assign
+
+    formulation = jax.jit(getattr(assign, prefix))
+
+    @property_settings(25)
+    @given(batch=anything())
+    def check(batch):
+        _, _, start, end, loc, bs = batch
+        expected, _ = assignment.windows(np.asarray(start), np.asarray(end), bs, len(loc))
+        lengths = assignment.lengths(jnp.asarray(start[:bs], jnp.int64), jnp.asarray(end[:bs], jnp.int64), len(loc), jnp)
+        np.testing.assert_array_equal(np.asarray(formulation(lengths)), expected)
+
+    check()
+    for start, end in EXTREME_WINDOWS:
+        start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
+        expected, _ = assignment.windows(start, end, len(start), 7)
+        np.testing.assert_array_equal(np.asarray(formulation(assignment.lengths(jnp.asarray(start), jnp.asarray(end), 7, jnp))), expected)
+
+
 def test_eager_and_default_batch_size():
     rows, start, end = jnp.array([1, 0], jnp.int32), jnp.array([0, 2], jnp.int32), jnp.array([2, 3])
     table = jnp.full((2, 4), -5, jnp.int32)

@@ -111,3 +111,18 @@ def test_trace_calls_threads_the_pool_through_every_call():
     seen = []
     data = device_trace.trace_calls(lambda a, p: seen.append(1) or f(a, p), (jax.numpy.int32(2),), jax.numpy.zeros(3, "int32"), 4)
     assert data is not None and len(seen) == 4
+
+
+def test_added_kernel_us_sums_the_device_events_the_step_without_the_op_lacks(monkeypatch):
+    """The op's own kernels per call: device events named as none of the step without it, host events left out."""
+    without = _trace([(0.0, 50.0)], name="gemm")
+    with_op = _trace([(0.0, 50.0), (60.0, 50.0)], name="gemm")
+    with_op["traceEvents"] += [{"ph": "X", "pid": 7, "tid": 3, "name": "input_scatter_fusion", "ts": 120.0, "dur": 3.0},
+                               {"ph": "X", "pid": 7, "tid": 3, "name": "input_scatter_fusion", "ts": 130.0, "dur": 5.0},
+                               {"ph": "X", "pid": 1, "tid": 1, "name": "host_only", "ts": 0.0, "dur": 99.0}]
+    names = device_trace.kernel_names(without)
+    assert names == {"gemm", "memset"}
+    monkeypatch.setattr(device_trace, "trace", lambda run: with_op)
+    assert device_trace.added_kernel_us(lambda: None, names, calls=2) == 4.0
+    monkeypatch.setattr(device_trace, "trace", lambda run: None)
+    assert device_trace.added_kernel_us(lambda: None, names, calls=2) is None
