@@ -11,7 +11,7 @@ stops after two loads where ``s * BLOCK`` is past a bound on the longest window 
 clip(start, 0, C))`` each)::
 
     len   = clip(end - start, 0, N) of each request (the spec's length: exact, ``clipped_length``)
-    pt0   = sum of len over the requests before the group      -- its first PREFIX-wide block, then a loop
+    pt0   = sum of len over the requests before the group      -- a loop of PREFIX-wide blocks
     pt    = pt0 + cumsum(len) - len                            -- tl.cumsum within the group
     base, lo, hi, shift = the windowed scatter's window of each request (vector_window over offsets
           [pt, pt + len), start_cols = start; hi = lo for a row outside the table)
@@ -20,19 +20,17 @@ clip(start, 0, C))`` each)::
         req_to_token[row_q, shift_q + j] = int32(out_cache_loc[base_q + j])
 
 The running sum never wraps: lengths lie in ``[0, N]`` and the spec refuses ``bs * N >= 2**63``
-(``shared_spec.assignment``), so ``pt`` lies in ``[0, bs * N]``. The first prefix block and the first chunk are
-peeled out of their loops so that their loads issue with the group's own, before any loop test: a decode step's
-program is one chain of loads (its lengths and the prefix's, then its slots, then the stores), with no reduction
-before its slots' loads but the prefix's sum and the group's scan.
+(``shared_spec.assignment``), so ``pt`` lies in ``[0, bs * N]``. The first chunk is peeled out of the loop, so that
+a one-chunk group (a decode step's) loads its slots without waiting for the reduction the loop's test needs.
 
 No cell needs a search for its request (each row of the block is one request), so a decode step's group of
 ``GROUP`` one-token requests is one chunk of one program, and a long request's chunks spread over the ``SPLIT``
 programs of its group. Every launch constant is fixed (``GROUP``, ``PREFIX``, ``BLOCK``); ``bs``, the table's
 shape, ``len(out_cache_loc)``, the strides and the pointers are never specialized, so a launch compiles nothing new
 for a new batch size, table or alignment (one variant per combination of the four index dtypes, and of Triton's
-int32/int64 choice for an int argument past 2**31). The prefix costs ``max(1, cdiv(g * GROUP, PREFIX))`` blocks of
-fixed width in program ``g``: one for the groups of the first ``PREFIX`` requests (group 0's masked to nothing),
-``O(bs^2 / GROUP)`` loads over the grid past that (run only by programs with columns to write), where sglang's kernel loads a
+int32/int64 choice for an int argument past 2**31). The prefix costs ``cdiv(g * GROUP, PREFIX)`` iterations of fixed
+width in program ``g``: one for the groups of the first ``PREFIX`` requests, ``O(bs^2 / GROUP)`` loads over the
+grid past that (run only by programs with columns to write), where sglang's kernel loads a
 ``next_power_of_2(bs)``-wide block in each of ``bs`` programs (``O(bs^2)``) and compiles one kernel per ``bs``
 bucket. Loads and stores are masked; ``out_cache_loc`` is read only inside ``[0, N)``, the table only written
 inside ``[0, R) x [0, C)``.
@@ -120,14 +118,9 @@ def copy_group(rows_ptr, table_ptr, start_ptr, end_ptr, loc_ptr, start, end, r, 
     """This program's chunks of the group's requests ``r`` (``mine``: ``r < bs``; ``start``, ``end`` loaded), from
     column chunk ``c0`` (the module docstring's loop)."""
     row = tl.load(rows_ptr + r * rows_stride, mask=mine, other=-1).to(tl.int64)
-    # The running sum before the group: its first PREFIX-wide block of lengths (masked: nothing for group 0), then
-    # the rest in a loop (groups past the first PREFIX requests).
-    idx = tl.arange(0, PREFIX).to(tl.int64)
-    before = idx < first_request
-    s = tl.load(start_ptr + idx * start_stride, mask=before, other=0).to(tl.int64)
-    e = tl.load(end_ptr + idx * end_stride, mask=before, other=0).to(tl.int64)
-    pt0 = tl.sum(clipped_length(s, e, n_tokens), axis=0)
-    b = first_request - first_request + PREFIX
+    # The running sum before the group: PREFIX-wide blocks of lengths (none for group 0).
+    pt0 = tl.zeros((), tl.int64)
+    b = first_request - first_request
     while b < first_request:
         idx = b + tl.arange(0, PREFIX)
         before = idx < first_request

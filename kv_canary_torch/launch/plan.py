@@ -266,8 +266,12 @@ def slot_variants(stride_col, flat_stride, offsets_stride, rows_stride, device, 
 
 # The assignment kernel's grid (``kv_canary_torch.assign_kernel``): ``(cdiv(bs, ASSIGN_GROUP), split)``, ``split``
 # programs per group, enough to fill the GPU when the groups are few, at most ASSIGN_MAX_SPLIT (grid axis 1 <= 65535).
+# A target of 256 programs rather than 1024: the programs past a decode step's one chunk only exit, and fewer of them
+# cost less (H200, 2026-12-02, chained us in CUDA graphs, the same kernel launched at both targets in turns: decode
+# 1024 1.47 / 1.82, 256 x 1-511 2.55 / 3.17; decode 1-256 and the other extends within 0.05, whose splits are equal
+# or capped at ASSIGN_MAX_SPLIT either way: docs/performance-notes.md, "The assignment kernel").
 ASSIGN_GROUP = 16  # requests a program
-ASSIGN_TARGET_PROGRAMS = 1024
+ASSIGN_TARGET_PROGRAMS = 256
 ASSIGN_MAX_SPLIT = 64
 ASSIGN_INTS = 10  # bs, N, R, C and six strides
 

@@ -148,8 +148,9 @@ def test_every_small_launch_has_lanes_for_its_tiles():
         launch_plan.RULE._replace(small_cells=block * target + 1).checked()
 
 
-@pytest.mark.parametrize("bs, grid", [(0, None), (1, (1, 64)), (16, (1, 64)), (17, (2, 64)), (256, (16, 64)),
-                                      (1024, (64, 16)), (1025, (65, 16)), (20000, (1250, 1)), (2**31 - 1, (2**27, 1))])
+@pytest.mark.parametrize("bs, grid", [(0, None), (1, (1, 64)), (16, (1, 64)), (17, (2, 64)), (64, (4, 64)),
+                                      (65, (5, 52)), (256, (16, 16)), (1024, (64, 4)), (1025, (65, 4)),
+                                      (4096, (256, 1)), (20000, (1250, 1)), (2**31 - 1, (2**27, 1))])
 def test_the_assignment_grid_is_a_function_of_bs_alone(bs, grid):
     """Groups of ASSIGN_GROUP requests, programs per group filling ASSIGN_TARGET_PROGRAMS, at most ASSIGN_MAX_SPLIT."""
     assert launch_plan.assign_grid(bs) == grid
