@@ -161,7 +161,7 @@ def default_name() -> str:
     """What ``implementation=None`` runs on JAX's default platform here."""
     from kv_canary_jax import implementations, platforms
 
-    ((_, name),) = implementations.plan(None, platforms.default_platform(), False)
+    ((_, name),) = implementations.choice(None, platforms.default_platform(), False)
     return name
 
 

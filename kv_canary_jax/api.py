@@ -19,7 +19,7 @@ with ``pool_out`` donated, the result reuses the pool's buffer (an in-place
 write, no copy).
 
 Order of events, all before any computation: argument checks on shapes,
-dtypes and devices (``arguments``; at trace time under ``jit``), then the
+dtypes and devices (``checks``; at trace time under ``jit``), then the
 implementation choice (``implementations``), then ``check_values`` must be a
 bool (``bool`` or ``numpy.bool_``, else the spec's ``TypeError``), then, with
 ``check_values=True`` on concrete arrays, the value rules on the host
@@ -41,7 +41,7 @@ devices has no one device to compare and is left to JAX.
 ``jit``, or batched under ``vmap``) stages the value rules as ``checkify``
 checks: wrap the jitted function with
 ``checkify.checkify(..., errors=checkify.user_checks)``; without it, compiling
-raises ``errors.CHECK_VALUES_UNTRACEABLE`` (see ``checked`` for why this cannot
+raises ``errors.CHECK_VALUES_UNTRACEABLE`` (see ``values`` for why this cannot
 be caught while tracing). ``err.get()`` is the eager message plus checkify's
 `` (`check` failed)``; ``error_from_checkify(err)`` gives the eager exception.
 When a staged rule fails nothing is written: the returned pool equals
@@ -66,7 +66,7 @@ import jax
 
 from kv_canary_arrays.adopt import jax_input
 from kv_canary_arrays.frameworks import is_torch
-from kv_canary_jax import arguments, compute, platforms, sharded
+from kv_canary_jax import checks, compute, platforms, sharded
 
 
 def scatter_req_token_ids(
@@ -115,13 +115,13 @@ def _scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols, implement
             implementation=implementation, interpret=interpret, check_values=check_values,
         )
     # The four arguments, and start_cols where the call passes one: values[4:] is () or (start_cols,).
-    values = arguments.check_arguments(flat_in, offsets, req_pool_indices, pool_out, start_cols)
+    values = checks.check_arguments(flat_in, offsets, req_pool_indices, pool_out, start_cols)
     # Torch tensors become JAX arrays on their own device first, so that a torch pool decides the placement as a JAX one does.
     values = tuple(jax_input(v) if is_torch(v) else v for v in values)
     device, platform = _placement(values)
-    plan, staged = compute.prepare(values, platform, implementation, bool(interpret), check_values)
+    choice, staged = compute.prepare(values, platform, implementation, bool(interpret), check_values)
     arrays = [jax_input(v, device) for v in values]
-    return compute.scatter(*arrays, plan=plan, interpret=bool(interpret), staged=staged, contiguous=contiguous)
+    return compute.scatter(*arrays, choice=choice, interpret=bool(interpret), staged=staged, contiguous=contiguous)
 
 
 def _placement(values) -> tuple[object | None, str | None]:

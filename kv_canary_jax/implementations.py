@@ -1,6 +1,6 @@
 """Choosing an implementation: ``implementation=None | "pallas" | "mosaic" | "mosaic_tpu" | "xla" | sequence``.
 
-Contract: ``plan(implementation, platform, interpret) -> Plan`` names what
+Contract: ``choice(implementation, platform, interpret) -> Choice`` names what
 runs, or raises ``errors.choice_error`` (a name, or a sequence entry, that is
 not one of ``IMPLEMENTATIONS``), ``errors.unavailable_error`` (one name that
 cannot run here) or ``errors.none_available_error`` (a sequence none of which
@@ -42,14 +42,14 @@ device); machines that mix GPU generations are not told apart.
 
 ``platform`` is where the computation runs when the arrays say so (a concrete
 array's device), or None under tracing, where arrays carry no device. Then the
-plan keeps one choice per platform and the computation picks among them with
+choice keeps one name per platform and the computation picks among them with
 ``jax.lax.platform_dependent`` when it is lowered, so ``jax.jit`` of the same
-function runs the kernel on GPU arrays and XLA on CPU arrays. A plan is raised
+function runs the kernel on GPU arrays and XLA on CPU arrays. A choice is raised
 as an error only for ``jax.devices()[0]``'s platform (what a jitted call
-compiles for by default); a plan with no choice for some other platform fails
+compiles for by default); a choice with no name for some other platform fails
 only if lowered there, with JAX's message.
 
-A ``Plan`` is a tuple of ``(platform, name)`` pairs, hashable (a static jit
+A ``Choice`` is a tuple of ``(platform, name)`` pairs, hashable (a static jit
 argument); platform None is the default branch.
 """
 
@@ -88,7 +88,7 @@ OPTION = "implementation"
 # The oldest GPU Mosaic GPU compiles for: Hopper (sm_90).
 MOSAIC_MIN_CAPABILITY = (9, 0)
 
-Plan = tuple[tuple[str | None, str], ...]
+Choice = tuple[tuple[str | None, str], ...]
 
 
 def requested(implementation, platform: str | None = None) -> tuple[tuple[str, ...], bool]:
@@ -101,7 +101,7 @@ def requested(implementation, platform: str | None = None) -> tuple[tuple[str, .
             raise errors.choice_error(OPTION, implementation, IMPLEMENTATIONS)
         return (implementation,), True
     # A sequence of names, not any iterable: a numpy array of names is not a Sequence (and its
-    # membership tests are arrays); a generator would be spent by the first platform's plan.
+    # membership tests are arrays); a generator would be spent by the first platform's choice.
     if not isinstance(implementation, collections.abc.Sequence):
         raise errors.choice_error(OPTION, implementation, IMPLEMENTATIONS)
     names = tuple(implementation)
@@ -216,7 +216,7 @@ def available_implementations(interpret: bool = False) -> tuple[str, ...]:
     return tuple(name for name in IMPLEMENTATIONS if unavailable_reason(name, platform, interpret) is None)
 
 
-def plan(implementation, platform: str | None, interpret: bool) -> Plan:
+def choice(implementation, platform: str | None, interpret: bool) -> Choice:
     """What runs: one name for a known platform, one per platform under tracing."""
     if platform is not None:
         return ((None, choose(*requested(implementation, platform), platform, interpret)),)

@@ -13,7 +13,7 @@ request like them, for a windowed call) replicated, and returns what
 ``api.scatter_req_token_ids`` returns for the same values on one device, byte
 for byte, with the pool's sharding. The pool is never gathered: under
 ``jax.shard_map`` every device runs the single-device path (``compute.scatter``,
-with the implementation ``implementations.plan`` picks, exactly as for one
+with the implementation ``implementations.choice`` picks, exactly as for one
 device: a GPU kernel on CUDA GPUs, XLA elsewhere, the Pallas interpreter with
 ``interpret=True``) on its own block of ``R / n`` rows, with
 ``req_pool_indices`` shifted by the block's first row (columns, and so
@@ -40,10 +40,10 @@ made a JAX array (``kv_canary_arrays.adopt.jax_input``) and put there with
 (correct, but then the pool moves between devices).
 
 Order of events, as in ``api``: the spec's argument checks on the global
-arguments (``arguments.check_arguments``, the same messages as the
+arguments (``checks.check_arguments``, the same messages as the
 single-device call), then the layout (``mesh``/``axis``; the errors are the
 ``errors.SHARDED_*`` messages), then the implementation choice
-(``implementations.plan``, for the mesh's platform), then with
+(``implementations.choice``, for the mesh's platform), then with
 ``check_values=True`` the value rules on the global values and the global
 ``R`` (on the host for concrete ``offsets`` and ``req_pool_indices``; under
 ``jit`` staged as ``checkify`` checks outside the ``shard_map``, whose verdict
@@ -90,7 +90,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from kv_canary_arrays.adopt import jax_input
-from kv_canary_jax import arguments, checked, compute, platforms
+from kv_canary_jax import checks, compute, platforms, values
 from shared_spec import errors
 
 try:
@@ -239,17 +239,17 @@ def scatter_req_token_ids_sharded(
     ``start_cols``, ``implementation``, ``interpret`` and ``check_values`` are as in
     ``api.scatter_req_token_ids``.
     """
-    values = arguments.check_arguments(flat_in, offsets, req_pool_indices, pool_out, start_cols)
+    values = checks.check_arguments(flat_in, offsets, req_pool_indices, pool_out, start_cols)
     layout = resolve_layout(values[3], mesh, axis)
     interpret = bool(interpret)
-    plan, staged = compute.prepare(values, _platform(layout.mesh), implementation, interpret, check_values)
+    choice, staged = compute.prepare(values, _platform(layout.mesh), implementation, interpret, check_values)
     specs = (REPLICATED, REPLICATED, REPLICATED, rows_spec(layout.axis), REPLICATED)  # the last: start_cols
     arrays = [_place(v, layout.mesh, spec) for v, spec in zip(values, specs)]
-    return _scatter(*arrays, mesh=layout.mesh, axis=layout.axis, plan=plan, interpret=interpret, staged=staged)
+    return _scatter(*arrays, mesh=layout.mesh, axis=layout.axis, choice=choice, interpret=interpret, staged=staged)
 
 
 def _platform(mesh) -> str | None:
-    """Where the mesh computes; None for an abstract mesh (the plan then picks per platform)."""
+    """Where the mesh computes; None for an abstract mesh (the choice is then made per platform)."""
     if not isinstance(mesh, Mesh) or not np.size(mesh.devices):
         return None
     return platforms.platform(np.asarray(mesh.devices).flat[0])
@@ -266,7 +266,7 @@ def _place(value, mesh, spec):
     return jax.device_put(jax_input(value), sharding)
 
 
-def _local_scatter(flat_in, offsets, rows, pool, *extra, axis, plan, interpret, windowed, staged):
+def _local_scatter(flat_in, offsets, rows, pool, *extra, axis, choice, interpret, windowed, staged):
     """One device's block: rows shifted by the block's first row; others fall outside and are skipped.
 
     ``extra``: ``start_cols`` (``windowed``), then ``ok`` (``staged``): the
@@ -274,23 +274,23 @@ def _local_scatter(flat_in, offsets, rows, pool, *extra, axis, plan, interpret, 
     """
     first = lax.axis_index(axis).astype(rows.dtype) * pool.shape[0]
     args = (flat_in, offsets, rows - first, pool) + extra[:windowed]
-    write = functools.partial(compute.scatter, plan=plan, interpret=interpret, staged=False)
+    write = functools.partial(compute.scatter, choice=choice, interpret=interpret, staged=False)
     if not staged:
         return write(*args)
     return lax.cond(extra[-1], write, lambda *args: args[3], *args)
 
 
-@functools.partial(jax.jit, static_argnames=("mesh", "axis", "plan", "interpret", "staged"))
-def _scatter(flat_in, offsets, rows, pool, start_cols=None, *, mesh, axis, plan, interpret, staged):
+@functools.partial(jax.jit, static_argnames=("mesh", "axis", "choice", "interpret", "staged"))
+def _scatter(flat_in, offsets, rows, pool, start_cols=None, *, mesh, axis, choice, interpret, staged):
     windowed = start_cols is not None
     local = functools.partial(
-        _local_scatter, axis=axis, plan=plan, interpret=interpret, windowed=windowed, staged=staged
+        _local_scatter, axis=axis, choice=choice, interpret=interpret, windowed=windowed, staged=staged
     )
     pool_spec = rows_spec(axis)
     args = (flat_in, offsets, rows, pool) + ((start_cols,) if windowed else ())
     if staged:
         # The checks see the global values; the gate goes inside the shard_map
         # (a cond around it breaks checkify's rule for shard_map).
-        args += (checked.staged_checks(offsets, rows, flat_in.shape[0], pool.shape[0], start_cols),)
+        args += (values.staged_checks(offsets, rows, flat_in.shape[0], pool.shape[0], start_cols),)
     specs = (REPLICATED,) * 3 + (pool_spec,) + (REPLICATED,) * (len(args) - 4)
     return _shard_map(local, mesh, specs, pool_spec)(*args)

@@ -148,18 +148,18 @@ def test_available_implementations():
 
 
 def test_plans():
-    plan = implementations.plan
+    choice = implementations.choice
     on_cuda, interpreted = default_gpu_kernel("cuda", False), default_gpu_kernel("cpu", True)
-    assert plan(None, "cpu", False) == ((None, "xla"),)
-    assert plan(None, "cuda", False) == ((None, on_cuda),)
-    assert plan(None, "cpu", True) == ((None, interpreted),)
-    assert plan("xla", "cuda", False) == ((None, "xla"),)
-    assert plan(("pallas", "xla"), "cpu", False) == ((None, "xla"),)
+    assert choice(None, "cpu", False) == ((None, "xla"),)
+    assert choice(None, "cuda", False) == ((None, on_cuda),)
+    assert choice(None, "cpu", True) == ((None, interpreted),)
+    assert choice("xla", "cuda", False) == ((None, "xla"),)
+    assert choice(("pallas", "xla"), "cpu", False) == ((None, "xla"),)
     # Tracers carry no device: one choice per platform, picked when lowering.
     tpu = (("tpu", "mosaic_tpu"),) if "tpu" in implementations.PLATFORM_DEFAULTS else ()
-    assert plan(None, None, False) == (("cuda", on_cuda), *tpu, (None, "xla"))
-    assert plan("xla", None, False) == ((None, "xla"),)
-    assert plan("pallas", None, True) == ((None, "pallas"),)
+    assert choice(None, None, False) == (("cuda", on_cuda), *tpu, (None, "xla"))
+    assert choice("xla", None, False) == ((None, "xla"),)
+    assert choice("pallas", None, True) == ((None, "pallas"),)
 
 
 # -- x64 ------------------------------------------------------------------------------

@@ -330,10 +330,10 @@ def test_the_default_per_compute_capability(monkeypatch, capability):
         expected = "mosaic"
     else:
         expected = "pallas" if implementations.pallas_triton_import_error() is None else "xla"
-    assert implementations.plan(None, "cuda", False) == ((None, expected),)
+    assert implementations.choice(None, "cuda", False) == ((None, expected),)
     # Traced (no device yet): the GPU's choice as above, XLA on every other platform.
     tpu = (("tpu", "mosaic_tpu"),) if "tpu" in implementations.PLATFORM_DEFAULTS else ()
-    assert implementations.plan(None, None, False) == (("cuda", expected), *tpu, (None, "xla"))
+    assert implementations.choice(None, None, False) == (("cuda", expected), *tpu, (None, "xla"))
 
 
 def test_on_hopper_the_default_never_touches_the_triton_lowering():
@@ -345,8 +345,8 @@ import jax
 import jax.numpy as jnp
 from kv_canary_jax import implementations, scatter_req_token_ids
 implementations.gpu_capability = lambda: (9, 0)  # a Hopper GPU, as far as the choice goes
-assert implementations.plan(None, "cuda", False) == ((None, "mosaic"),), implementations.mosaic_import_error()
-assert dict(implementations.plan(None, None, False))["cuda"] == "mosaic"
+assert implementations.choice(None, "cuda", False) == ((None, "mosaic"),), implementations.mosaic_import_error()
+assert dict(implementations.choice(None, None, False))["cuda"] == "mosaic"
 shapes = [jax.ShapeDtypeStruct(s, t) for s, t in (((50,), jnp.int64), ((4,), jnp.int64), ((3,), jnp.int64), ((4, 20), jnp.int32))]
 hlo = jax.jit(scatter_req_token_ids, donate_argnums=3).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
 assert "@mosaic_gpu" in hlo and "triton" not in hlo
@@ -367,11 +367,11 @@ def test_compute_capability_decides(monkeypatch, capability, ok):
     reason = implementations.unavailable_reason("mosaic", "cuda", False)
     if ok:
         assert reason is None
-        assert implementations.plan(("mosaic", "pallas", "xla"), "cuda", False) == ((None, "mosaic"),)
+        assert implementations.choice(("mosaic", "pallas", "xla"), "cuda", False) == ((None, "mosaic"),)
     else:
         assert reason == errors.MOSAIC_NEEDS_HOPPER.format(capability="{}.{}".format(*capability))
         # An older GPU falls through to the next name.
-        assert implementations.plan(("mosaic", "pallas", "xla"), "cuda", False) == ((None, "pallas"),)
+        assert implementations.choice(("mosaic", "pallas", "xla"), "cuda", False) == ((None, "pallas"),)
     assert implementations.unavailable_reason("mosaic", "cuda", True) is None  # the interpreter runs anywhere
 
 
@@ -381,10 +381,10 @@ def test_without_mosaic_gpu_the_choice_falls_through(monkeypatch):
     reason = errors.MOSAIC_NOT_IMPORTABLE.format(error="ImportError: No module named 'absl'")
     for platform, interpret in (("cuda", False), ("cpu", True), ("cpu", False)):
         assert implementations.unavailable_reason("mosaic", platform, interpret) == reason
-    assert implementations.plan(("mosaic", "pallas", "xla"), "cuda", False) == ((None, "pallas"),)
-    assert implementations.plan(("mosaic", "xla"), "cpu", True) == ((None, "xla"),)
+    assert implementations.choice(("mosaic", "pallas", "xla"), "cuda", False) == ((None, "pallas"),)
+    assert implementations.choice(("mosaic", "xla"), "cpu", True) == ((None, "xla"),)
     with pytest.raises(errors.KvCanaryValueError) as info:
-        implementations.plan("mosaic", "cuda", False)
+        implementations.choice("mosaic", "cuda", False)
     assert str(info.value) == f"{P} implementation 'mosaic' cannot run here: {reason}"
 
 

@@ -191,7 +191,7 @@ from shared_spec import scatter_reference
 gpu = platforms.gpu_device()
 host = (np.arange(10, 16), np.array([0, 4, 6]), np.array([1, 0]), np.full((3, 5), -1, np.int32))
 on_gpu = lambda: [jax.device_put(a, gpu) for a in host]
-assert implementations.plan(None, "cuda", False) == ((None, "mosaic"),), implementations.mosaic_import_error()
+assert implementations.choice(None, "cuda", False) == ((None, "mosaic"),), implementations.mosaic_import_error()
 eager = scatter_req_token_ids(*on_gpu())
 jitted = jax.jit(scatter_req_token_ids)(*on_gpu())
 donated = jax.jit(scatter_req_token_ids, donate_argnums=3)(*on_gpu())

@@ -24,7 +24,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 
 from kv_canary_jax import implementations, pallas_mosaic_tpu as tpu_kernel  # noqa: E402
 from kv_canary_jax.api import scatter_req_token_ids  # noqa: E402
-from kv_canary_jax.checked import error_from_checkify  # noqa: E402
+from kv_canary_jax.values import error_from_checkify  # noqa: E402
 from kv_canary_jax.conformance import MosaicTpuRunner  # noqa: E402
 from kv_canary_jax.sharded import scatter_req_token_ids_sharded  # noqa: E402
 from shared_spec import errors, scatter_reference  # noqa: E402
@@ -331,16 +331,16 @@ def test_lowers_to_the_kernel_on_tpu_under_vmap_and_checkify(tpu_lowering, monke
 @pytest.mark.parametrize("defaults", TPU_DEFAULTS, ids=["no-tpu-entry", "tpu-entry"])
 def test_the_tpu_default_and_the_other_defaults(monkeypatch, defaults):
     monkeypatch.setattr(implementations, "PLATFORM_DEFAULTS", defaults)
-    plan = implementations.plan
+    choice = implementations.choice
     on_tpu = "mosaic_tpu" if defaults else "xla"
-    assert plan(None, "tpu", False) == ((None, on_tpu),)
+    assert choice(None, "tpu", False) == ((None, on_tpu),)
     interpreted = "mosaic_tpu" if defaults else default_gpu_kernel("tpu", True)
-    assert plan(None, "tpu", True) == ((None, interpreted),)
-    assert plan(None, "cuda", False) == ((None, default_gpu_kernel("cuda", False)),)  # unchanged elsewhere
-    assert plan(None, "cpu", False) == ((None, "xla"),)
-    assert dict(plan(None, None, False)).get("tpu", "xla") == on_tpu  # traced: picked per platform when lowering
-    assert plan("mosaic_tpu", "tpu", False) == ((None, "mosaic_tpu"),)
-    assert plan(("mosaic_tpu", "xla"), "tpu", False) == ((None, "mosaic_tpu"),)
+    assert choice(None, "tpu", True) == ((None, interpreted),)
+    assert choice(None, "cuda", False) == ((None, default_gpu_kernel("cuda", False)),)  # unchanged elsewhere
+    assert choice(None, "cpu", False) == ((None, "xla"),)
+    assert dict(choice(None, None, False)).get("tpu", "xla") == on_tpu  # traced: picked per platform when lowering
+    assert choice("mosaic_tpu", "tpu", False) == ((None, "mosaic_tpu"),)
+    assert choice(("mosaic_tpu", "xla"), "tpu", False) == ((None, "mosaic_tpu"),)
 
 
 @pytest.mark.skipif(jax.devices()[0].platform == "tpu", reason="a TPU is here")

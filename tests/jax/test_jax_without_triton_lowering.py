@@ -38,16 +38,16 @@ def test_the_default_falls_through_to_mosaic_on_hopper_else_xla(no_triton_loweri
     mosaic_imports = implementations.mosaic_import_error() is None
     hopper = capability is not None and capability >= (9, 0) and mosaic_imports
     expected = implementations.MOSAIC if hopper else implementations.XLA
-    assert implementations.plan(None, "cuda", interpret=False) == ((None, expected),)
+    assert implementations.choice(None, "cuda", interpret=False) == ((None, expected),)
     # Interpreted (any platform), Mosaic GPU runs wherever it imports.
     interpreted = implementations.MOSAIC if mosaic_imports else implementations.XLA
-    assert implementations.plan(None, "cpu", interpret=True) == ((None, interpreted),)
-    assert implementations.plan(("pallas", "xla"), "cuda", interpret=False) == ((None, implementations.XLA),)
+    assert implementations.choice(None, "cpu", interpret=True) == ((None, interpreted),)
+    assert implementations.choice(("pallas", "xla"), "cuda", interpret=False) == ((None, implementations.XLA),)
 
 
 def test_pallas_says_why_it_cannot_run(no_triton_lowering):
     with pytest.raises(errors.KvCanaryValueError) as info:
-        implementations.plan("pallas", "cpu", interpret=True)
+        implementations.choice("pallas", "cpu", interpret=True)
     message = str(info.value)
     assert message.startswith(f"{P} implementation 'pallas' cannot run here: ")
     reason = errors.PALLAS_NOT_IMPORTABLE.format(error=implementations.pallas_triton_import_error())

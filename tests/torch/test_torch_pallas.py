@@ -67,16 +67,16 @@ def fresh_choice(monkeypatch):
 
 
 @pytest.fixture
-def planned(monkeypatch):
-    """Every plan the JAX frontend makes during the test, in order (implementations.plan, wrapped)."""
-    plans, plan = [], implementations.plan
+def chosen(monkeypatch):
+    """Every choice the JAX frontend makes during the test, in order (implementations.choice, wrapped)."""
+    choices, choice = [], implementations.choice
 
     def recording(*args):
-        plans.append(plan(*args))
-        return plans[-1]
+        choices.append(choice(*args))
+        return choices[-1]
 
-    monkeypatch.setattr(implementations, "plan", recording)
-    return plans
+    monkeypatch.setattr(implementations, "choice", recording)
+    return choices
 
 
 def launch(batch, device="cpu"):
@@ -85,16 +85,16 @@ def launch(batch, device="cpu"):
     return pool.cpu().numpy()
 
 
-def test_on_cpu_tensors_the_interpreter_runs_jaxs_default_kernel(planned):
+def test_on_cpu_tensors_the_interpreter_runs_jaxs_default_kernel(chosen):
     """JAX's default order under interpret=True, XLA left out: Mosaic GPU where it imports (it does here: absl-py is
     in the cpu extra), the kernel the default compiles on Hopper."""
     assert pallas_backend.kernels("cpu") == ("mosaic", "pallas")
-    expected = implementations.plan(None, "cpu", True)
+    expected = implementations.choice(None, "cpu", True)
     assert expected == ((None, "mosaic"),)
-    planned.clear()
+    chosen.clear()
     batch = large_batch(bs=6, width=150, seed=31)  # windows of 128 columns and more: the vector copies too
     np.testing.assert_array_equal(launch(batch), scatter_reference(*batch))
-    assert planned == [expected]
+    assert chosen == [expected]
 
 
 def test_on_cpu_tensors_the_interpreted_kernel_matches_the_reference():
@@ -106,19 +106,19 @@ def test_on_cpu_tensors_the_interpreted_kernel_matches_the_reference():
     run()
 
 
-def test_without_the_triton_lowering_the_backend_runs_mosaic_gpu(fresh_choice, planned):
+def test_without_the_triton_lowering_the_backend_runs_mosaic_gpu(fresh_choice, chosen):
     """A JAX that no longer ships Pallas' Triton lowering: the default's next Pallas kernel runs, no JAX option asked for."""
     fresh_choice.setattr(implementations, "pallas_triton_import_error", lambda: NO_TRITON_LOWERING)
     batch = large_batch(bs=4, width=9, seed=32)
     np.testing.assert_array_equal(launch(batch), scatter_reference(*batch))
-    assert planned == [((None, "mosaic"),)]
+    assert chosen == [((None, "mosaic"),)]
 
 
-def test_without_mosaic_gpu_the_interpreter_runs_the_triton_lowered_kernel(fresh_choice, planned):
+def test_without_mosaic_gpu_the_interpreter_runs_the_triton_lowered_kernel(fresh_choice, chosen):
     fresh_choice.setattr(implementations, "mosaic_import_error", lambda: NO_MOSAIC_GPU)
     batch = large_batch(bs=4, width=9, seed=33)
     np.testing.assert_array_equal(launch(batch), scatter_reference(*batch))
-    assert planned == [((None, "pallas"),)]
+    assert chosen == [((None, "pallas"),)]
 
 
 def no_kernel_message(device: str, causes: list[str]) -> str:
@@ -248,14 +248,14 @@ def test_kv_canary_check_without_the_triton_lowering_runs_the_backend(capsys, fr
 
 
 @pytest.mark.gpu
-def test_on_cuda_tensors_the_kernel_jax_picks_by_default_runs(planned):
+def test_on_cuda_tensors_the_kernel_jax_picks_by_default_runs(chosen):
     """On the GPU machine: the plan is JAX's own default for CUDA (Mosaic GPU on Hopper and newer), and it is right."""
-    default = implementations.plan(None, "cuda", False)
+    default = implementations.choice(None, "cuda", False)
     assert default[0][1] != "xla", default
     if implementations.gpu_capability() >= implementations.MOSAIC_MIN_CAPABILITY:
         assert default == ((None, "mosaic"),)
-    planned.clear()
+    chosen.clear()
     for seed, (bs, width) in enumerate([(8, 300), (300, 1029), (64, 5)]):
         batch = large_batch(bs=bs, width=width, seed=40 + seed)
         np.testing.assert_array_equal(launch(batch, "cuda"), scatter_reference(*batch))
-    assert planned == [default] * 3
+    assert chosen == [default] * 3
