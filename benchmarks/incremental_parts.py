@@ -13,7 +13,9 @@ piece), the launch on them,
 and the raw stream id the step reads each call. On the CPU (no CUDA) the writer runs its ring with fake events (no-op
 ``record`` and ``synchronize``) and only the step without its launch is timed: the step's Python and numpy packing and
 the CPU copy; the GPU-only figures are not printed.
-The step's own parts are shown as they run inside it: the tokens list into an ``array("q")`` (``_flat``), one
+The step's own parts are shown as they run inside it: the tokens list into the slot by the native piece's
+``store_ints`` (GPU) and into an ``array("q")`` (``_flat``, the way without the piece; *step, array('q') packing*
+is the whole step that way), one
 ``_int_array`` (each of rows and start_cols), a slot's acquire and release (``_acquire``, ``_release``; an event
 every ``_FENCE_EVERY`` releases), the kept views' lookup, the three host copies into the slot.
 """
@@ -83,6 +85,13 @@ def parts(bs: int, calls: int, cuda: bool) -> dict:
         out["step, torch's copy"] = median_us(step, calls, sync)
         out["step wall, torch's copy"] = wall_us(step, calls)
         writer._one_device = True
+        # ... and packing the list through array("q") instead of the native piece's store_ints
+        int_store, inc.launch_dispatch.int_store = inc.launch_dispatch.int_store, lambda: None
+        writer._store = None
+        try:
+            out["step, array('q') packing"] = median_us(step, calls, sync)
+        finally:
+            inc.launch_dispatch.int_store = int_store
     real = inc.launch_scatter_req_token_ids_kernel
     inc.launch_scatter_req_token_ids_kernel = lambda **kw: None
     try:
@@ -102,9 +111,11 @@ def parts(bs: int, calls: int, cuda: bool) -> dict:
     if cuda:
         from kv_canary_torch.launch import dispatch
 
-        copy = dispatch.device_copy()
+        copy, store = dispatch.device_copy(), dispatch.int_store()
         if copy is not None:
             out["driver's copy"] = median_us(lambda: copy(*views[10], writer._stream_id()), calls, sync)
+        if store is not None:
+            out["tokens list -> store_ints"] = median_us(lambda: store(new, views[11], bs), calls)
         out["launch"] = median_us(lambda: inc.launch_scatter_req_token_ids_kernel(
             flat_in=flat_in, offsets=offsets, req_pool_indices=rows_in, pool_out=pool, start_cols=cols_in,
             backend=writer.backend), calls, sync)

@@ -22,7 +22,9 @@ Two forms of the new tokens, one packing path each:
 - nested (``lengths=None``): ``new_tokens`` one sequence per request (a list/tuple of ints, a 1-D integer numpy
   array or CPU tensor), ``bs = len(new_tokens)``; the offsets are the cumulative sum of their lengths.
 - flat (``lengths=`` given; a runtime's usual form): ``new_tokens`` every request's tokens in order as one list of
-  ints, 1-D integer numpy array or CPU tensor, converted at once. ``lengths`` an int ``k >= 1``: every request
+  ints, 1-D integer numpy array or CPU tensor, converted at once (a list straight into the slot by the native
+  piece's ``store_ints`` once the piece is loaded, else through one ``array("q")``; an entry it declines goes the
+  second way, which names it). ``lengths`` an int ``k >= 1``: every request
   has ``k`` tokens (``1``: a decode step; ``k``: speculative tokens), ``bs = len(new_tokens) // k``, the offsets
   ``k * arange`` without a cumulative sum; or one count ``>= 0`` per request (list, numpy array or CPU tensor),
   ``bs = len(lengths)``, which must sum to ``len(new_tokens)``.
@@ -82,6 +84,7 @@ _VIEWS_KEPT = 8  # (bs, count) shapes whose device views each slot keeps (module
 _STREAMS_KEPT = 8  # the Stream objects a writer keeps, by raw id, to record its events on
 
 _TOKENS_WHERE = errors.INCREMENTAL_WHERE.format(arg="new_tokens")
+_DEFERRED = object()  # the flat form's list of ints, left for the native piece to write into the slot
 
 
 def _rounded(count: int) -> int:
@@ -191,6 +194,7 @@ class IncrementalWriter:
         # read is the pool device's, the thread's context that device's), else torch's ``copy_``, which also records
         # an event for torch's pinned-memory cache: the writer's own events guard the buffer (``__del__``).
         self._copy = None
+        self._store = None  # the native piece's store_ints, once it is loaded: the flat form's list of ints
         self._one_device = cuda and torch.cuda.device_count() == 1
         self._host_at, self._device_at = self._host.data_ptr(), self._device.data_ptr()
 
@@ -204,7 +208,10 @@ class IncrementalWriter:
         if lengths is None:
             bs, flat, count = len(new_tokens), None, None
         else:
-            flat, count = self._flat(new_tokens)
+            if type(new_tokens) is list and (self._store or self._native_store()) is not None:
+                flat, count = _DEFERRED, len(new_tokens)  # written into the slot by the native piece, below
+            else:
+                flat, count = self._flat(new_tokens)
             if type(lengths) is int and lengths == 1:  # a decode step: one request per token
                 bs = count
             else:
@@ -230,7 +237,11 @@ class IncrementalWriter:
             slot = self._acquire()
             count, offsets = self._pack_offsets(slot, bs, new_tokens, count, lengths)
             views = self._views(slot, bs, count)
-        if type(flat) is _words:
+        if flat is _DEFERRED and self._store(new_tokens, views[11], count) != count:
+            flat, _ = self._flat(new_tokens)  # an entry the native piece does not take: converted here, or refused
+        if flat is _DEFERRED:
+            pass
+        elif type(flat) is _words:
             views[7][:] = flat  # the memoryview of the slot's tokens: one copy of the array's buffer
         elif flat is not None:
             np.copyto(views[6], flat, casting="unsafe")  # an integer array int64 holds (``_int_array``)
@@ -258,6 +269,11 @@ class IncrementalWriter:
             )
         finally:  # after the copy, raised or not: the slot is in use until an event after it completes
             self._release(slot)
+
+    def _native_store(self):
+        """The native piece's ``store_ints`` once it is loaded (kept from then on), else None."""
+        self._store = launch_dispatch.int_store()
+        return self._store
 
     def _native_copy(self):
         """The native piece's ``copy_to_device`` once it is loaded (kept from then on), else None."""
@@ -337,7 +353,7 @@ class IncrementalWriter:
     def _views(self, slot: int, bs: int, count: int) -> tuple:
         """The views of one step of ``bs`` requests and ``count`` tokens in ``slot``: the copy's destination and
         source, the launch's four inputs (device), then the packing's destinations (host): the tokens as numpy and
-        as a memoryview, the rows and the first columns. Made once per ``(bs, count)`` (a decode loop repeats one) and
+        as a memoryview, the rows and the first columns; the copy's addresses and size; the tokens' host address. Made once per ``(bs, count)`` (a decode loop repeats one) and
         kept for the last ``_VIEWS_KEPT`` of them per slot, since slicing costs host time (a tensor's about a
         microsecond)."""
         kept = self._cached_views[slot]
@@ -353,7 +369,7 @@ class IncrementalWriter:
                 device[rows: rows + bs], device[start_cols: start_cols + bs],
                 staged[tokens:used], self._staged_words[tokens:used], staged[rows: rows + bs],
                 staged[start_cols: start_cols + bs],
-                (self._device_at + 8 * base, self._host_at + 8 * base, 8 * (used - base)))
+                (self._device_at + 8 * base, self._host_at + 8 * base, 8 * (used - base)), self._host_at + 8 * tokens)
         return views
 
     @staticmethod

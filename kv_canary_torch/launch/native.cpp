@@ -77,6 +77,12 @@
  *       gives NOTHING). RuntimeError before `configure`, ValueError for a negative size or stride.
  *   served() -> int
  *       How many calls `call` and `assign` have served (launched, or found nothing to write).
+ *   store_ints(values, address, capacity) -> int
+ *       Writes the entries of the list `values` as int64 to host address `address` (room for `capacity`) and returns
+ *       how many; -1 where `values` is not a list, is longer than `capacity`, or holds an entry that is not an int
+ *       an int64 holds (what it wrote before that entry is left): the caller then converts it its own way, which
+ *       names the entry. The incremental step's tokens, the sampler's list of ints, without a Python object per
+ *       entry (an `array("q")` parses each entry through its format code).
  *   copy_to_device(dst, src, nbytes, stream) -> bool
  *       Enqueues the driver's asynchronous copy (cuMemcpyHtoDAsync) of `nbytes` bytes from host address `src` to
  *       device address `dst` on `stream` (ints) and returns True; False, with nothing enqueued, where the driver has
@@ -784,6 +790,32 @@ PyObject *plan(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
 
 PyObject *served(PyObject *, PyObject *) { return PyLong_FromUnsignedLongLong(served_calls); }
 
+PyObject *store_ints(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "store_ints takes values, address and capacity");
+        return nullptr;
+    }
+    int64_t *out = static_cast<int64_t *>(PyLong_AsVoidPtr(args[1]));
+    Py_ssize_t capacity = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred()) return nullptr;
+    PyObject *values = args[0];
+    if (!PyList_CheckExact(values) || PyList_GET_SIZE(values) > capacity) return PyLong_FromLong(-1);
+    Py_ssize_t n = PyList_GET_SIZE(values);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject *item = PyList_GET_ITEM(values, i);
+        if (!PyLong_Check(item)) return PyLong_FromLong(-1);
+        int overflow = 0;
+        long long value = PyLong_AsLongLongAndOverflow(item, &overflow);
+        if (overflow != 0) return PyLong_FromLong(-1);
+        if (value == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return PyLong_FromLong(-1);
+        }
+        out[i] = value;
+    }
+    return PyLong_FromSsize_t(n);
+}
+
 PyObject *copy_to_device(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "copy_to_device takes dst, src, nbytes and stream");
@@ -831,6 +863,8 @@ PyMethodDef methods[] = {
     {"plan", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(plan)), METH_FASTCALL,
      "plan(bs, N, R, C, strides...) -> (slot, grid, ints, small_ints) | None"},
     {"served", served, METH_NOARGS, "served() -> int: calls served by call()"},
+    {"store_ints", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(store_ints)), METH_FASTCALL,
+     "store_ints(values, address, capacity) -> int: a list of ints as int64 at address; -1 where it cannot"},
     {"copy_to_device", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(copy_to_device)), METH_FASTCALL,
      "copy_to_device(dst, src, nbytes, stream) -> bool: an asynchronous host-to-device copy on stream"},
     {nullptr, nullptr, 0, nullptr},

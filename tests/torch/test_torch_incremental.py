@@ -340,6 +340,30 @@ def test_steps_copy_through_the_drivers_copy_once_the_native_piece_is_loaded():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_decode_steps_store_the_samplers_list_through_the_native_piece_once_it_is_loaded():
+    from kv_canary_torch.launch import dispatch
+
+    rng = np.random.default_rng(18)
+    pool = torch.from_numpy(sentinel_pool(6, 40, seed=18)).cuda()
+    expected = pool.cpu().numpy()
+    writer = IncrementalWriter(pool, max_requests=4, max_new_tokens=4)
+    rows, lengths, stored = np.array([5, 1, 3], np.int64), np.zeros(3, np.int64), []
+    for step in range(12):
+        new = rng.integers(-(2**40), 2**40, size=3).tolist()
+        writer.step(new, rows, lengths, lengths=1)
+        expected = _reference_step(expected, [[t] for t in new], rows, lengths)
+        lengths = lengths + 1
+        if step == 0:  # the first launch loads the piece
+            store = dispatch.int_store()
+            assert store is not None, "the native piece did not load on this GPU machine"
+            writer._store = lambda *args: stored.append(args) or store(*args)
+    torch.cuda.synchronize()
+    assert len(stored) == 11
+    assert_same_pool(pool.cpu().numpy(), expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_a_writer_dropped_with_steps_in_flight_waits_for_them():
     # The steps are queued behind a long sleep, then the writer is dropped and pinned memory of its size allocated
     # and overwritten at once: were its staging buffer freed before the queued copies ran, they would read the
@@ -490,9 +514,7 @@ def test_the_kept_views_are_bounded_and_stay_views_of_their_slot(monkeypatch):
 _WHERE = "IncrementalWriter.step new_tokens"
 
 
-@pytest.mark.parametrize(
-    "call, error, message",
-    [
+BAD_FLAT_STEPS = [
         (lambda w: w.step([1, 2, 3], [0, 1, 2], [0, 0, 0], lengths=1), errors.KvCanaryValueError,
          errors.INCREMENTAL_TOO_MANY_REQUESTS.format(bs=3, limit=2)),
         (lambda w: w.step([1, 2, 3, 4, 5], [0, 1], [0, 0], lengths=[3, 2]), errors.KvCanaryValueError,
@@ -521,9 +543,65 @@ _WHERE = "IncrementalWriter.step new_tokens"
          errors.INCREMENTAL_NOT_INTS.format(arg="start_cols", what="shape (1,) and dtype float64")),
         (lambda w: w.step([1], [0], [-1], lengths=1, check_values=True), errors.KvCanaryValueError,
          errors.START_COLS_NEGATIVE.format(i=0, value=-1)),
-    ],
-    ids=["requests", "tokens", "rows-length", "indivisible", "sum", "zero-each", "negative-count", "float-lengths",
-         "float-token", "int64-range", "two-dimensional", "not-a-sequence", "float-first-column", "negative-first-column"],
-)
+]
+BAD_FLAT_IDS = ["requests", "tokens", "rows-length", "indivisible", "sum", "zero-each", "negative-count", "float-lengths",
+         "float-token", "int64-range", "two-dimensional", "not-a-sequence", "float-first-column", "negative-first-column"]
+
+
+@pytest.mark.parametrize("call, error, message", BAD_FLAT_STEPS, ids=BAD_FLAT_IDS)
 def test_bad_flat_steps_get_the_spec_errors_and_write_nothing(call, error, message):
+    assert_refused_and_still_serving(call, error, message)
+
+
+# -- the flat form's list through the native piece's store_ints ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def store_ints(tmp_path_factory):
+    from tests.torch_support import native_module
+
+    return native_module(tmp_path_factory).store_ints
+
+
+@pytest.fixture
+def native_store(monkeypatch, store_ints):
+    """Writers take the native piece's store_ints as they do once it is loaded; the calls it served, counted."""
+    from kv_canary_torch.launch import dispatch
+
+    served = []
+
+    def counting(values, address, capacity):
+        served.append(store_ints(values, address, capacity))
+        return served[-1]
+
+    monkeypatch.setattr(dispatch, "int_store", lambda: counting)
+    return served
+
+
+def test_store_ints_writes_a_lists_ints_as_int64_and_declines_what_it_cannot(store_ints):
+    out = np.full(6, -1, np.int64)
+    address = out.ctypes.data
+    assert store_ints([3, INT64_MIN, INT64_MAX, True, -5], address, 6) == 5
+    assert out.tolist() == [3, INT64_MIN, INT64_MAX, 1, -5, -1]
+    assert store_ints([], address, 0) == 0
+    for declined in ([1, 2**63], [1, -(2**63) - 1], [1, 2.0], [1, np.int64(2)], [1, "2"], (1, 2), [1, 2, 3]):
+        assert store_ints(declined, address, 2) == -1
+    with pytest.raises(TypeError):
+        store_ints([1], address)
+
+
+@property_settings(40)
+@given(flat_steps())
+def test_the_flat_forms_list_through_the_native_store_writes_what_the_python_packing_writes(native_store, case):
+    pool_np, (tokens, rows, firsts, lengths), nested = case
+    native_pool, python_pool = torch.from_numpy(pool_np.copy()), torch.from_numpy(pool_np.copy())
+    IncrementalWriter(native_pool, 6, 24, backend="torch").step(tokens, rows, firsts, lengths=lengths)
+    assert_same_pool(native_pool.numpy(), _reference_step(pool_np, *nested))
+    if type(tokens) is list:
+        assert native_store and native_store[-1] == len(tokens)
+
+
+@pytest.mark.parametrize("call, error, message", BAD_FLAT_STEPS, ids=BAD_FLAT_IDS)
+def test_bad_flat_steps_through_the_native_store_get_the_same_errors(native_store, call, error, message):
+    """An entry the native piece declines (a float, an int past int64) goes to the Python conversion, which names it."""
     assert_refused_and_still_serving(call, error, message)
