@@ -75,6 +75,12 @@ try:
         jax.config.update("jax_compilation_cache_dir", JAX_CACHE)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    # The tests' child processes (fresh interpreters, the README's blocks, the tools' JAX children) share the
+    # cache: JAX reads these variables when it starts. A variable already set wins.
+    if jax.config.jax_compilation_cache_dir:
+        for name in ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+                     "jax_persistent_cache_min_entry_size_bytes"):
+            os.environ.setdefault(name.upper(), str(getattr(jax.config, name)))
 except ImportError:  # the JAX tests skip themselves
     pass
 

@@ -6,10 +6,10 @@
   are removed from the environment), so a block gets only what it sets itself.
   The package is found through ``PYTHONPATH`` (the README's ``pip install -e``
   does the same). The one thing the blocks share with the test run is JAX's
-  persistent compilation cache (tests/conftest.py's; it changes no result, and its
-  keys hold the XLA flags, so a block's entries are its own): their programs
-  compile once a machine instead of once a run. The blocks assert their own
-  results.
+  persistent compilation cache (conftest's ``JAX_COMPILATION_CACHE_DIR``, kept in
+  the environment: it changes no result, and its keys hold the XLA flags, so a
+  block's entries are its own): their programs compile once a machine, not
+  once a run. The blocks assert their own results.
 - The README's install is the one CI runs, and its table names the pins.
 - The README stays skimmable: at most ``README_LIMIT`` bytes, no prose line
   (table rows included; code blocks aside) over ``LINE_LIMIT`` characters, no
@@ -72,23 +72,10 @@ def test_the_readme_has_one_example_per_frontend_and_the_docs_the_rest():
     assert any("scatter_req_token_ids_sharded" in code for page, code in BLOCKS if page.name == "jax.md")
 
 
-def jax_cache_dir() -> str | None:
-    """The folder of JAX's persistent compilation cache in this process (None: off, or no JAX)."""
-    try:
-        import jax
-    except ImportError:
-        return None
-    return jax.config.jax_compilation_cache_dir or None
-
-
 @pytest.mark.parametrize("page, block", BLOCKS, ids=[block_id(p, b) for p, b in BLOCKS])
 def test_block_runs_as_written(page, block, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in TEST_SETUP}
     env["PYTHONPATH"] = str(ROOT)
-    cache = jax_cache_dir()
-    if cache:
-        env.update(JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     done = subprocess.run(
         [sys.executable, "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )
