@@ -15,7 +15,9 @@ halves it. Results do not depend on either flag; ``kv-canary check`` (CI)
 runs every backend with XLA's defaults. Each flag is added only when
 ``XLA_FLAGS`` does not set it already (pytest-xdist workers inherit it), and
 never on a CUDA machine, whose XLA may not know the flags (an unknown flag
-aborts XLA).
+aborts XLA). On a machine without CUDA the garbage collector also runs its
+generations less often (``GC_THRESHOLDS``): its full collections walk every
+object the test process holds.
 
 Under pytest-xdist (``-n 2``: the README's command) every worker is a
 separate process that inherits this environment; on a GPU each worker's JAX
@@ -30,6 +32,7 @@ imported here so that the profile is loaded before any test module is.
 
 from __future__ import annotations
 
+import gc
 import os
 import pathlib
 import sys
@@ -47,8 +50,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 from kv_canary.platform import cuda_available  # noqa: E402
 
 FAST_CPU_COMPILE = {"--xla_backend_optimization_level": "0", "--xla_cpu_use_fusion_emitters": "false"}
+# The collector's thresholds in this process on a machine without CUDA (Python's: 700, 10, 10). A full collection
+# walks every object torch, JAX, Triton and the collected tests keep (millions), and tracing makes garbage fast
+# enough that Python's thresholds ran about 30 of them in the serial default run; collecting the youngest generation
+# every 50000 allocations (the others every 20 of the one below) leaves the full collections to the interpreter's
+# "a quarter more long-lived objects" rule. Objects in reference cycles live a little longer; nothing else changes.
+GC_THRESHOLDS = (50_000, 20, 20)
 
 if not cuda_available():
+    gc.set_threshold(*GC_THRESHOLDS)
     os.environ.setdefault("TRITON_INTERPRET", "1")
     os.environ["XLA_FLAGS"] = " ".join(
         [os.environ["XLA_FLAGS"]]
