@@ -17,7 +17,9 @@ runs every backend with XLA's defaults. Each flag is added only when
 never on a CUDA machine, whose XLA may not know the flags (an unknown flag
 aborts XLA). On a machine without CUDA the garbage collector also runs its
 generations less often (``GC_THRESHOLDS``): its full collections walk every
-object the test process holds.
+object the test process holds; and Triton's interpreter patches its language
+once a launch, not again at every device-function call
+(``tests/triton_interpreter.py``).
 
 Under pytest-xdist (``-n 2``: the README's command) every worker is a
 separate process that inherits this environment; on a GPU each worker's JAX
@@ -60,6 +62,10 @@ GC_THRESHOLDS = (50_000, 20, 20)
 if not cuda_available():
     gc.set_threshold(*GC_THRESHOLDS)
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    if os.environ["TRITON_INTERPRET"] not in ("", "0"):
+        from tests import triton_interpreter  # imports Triton: after TRITON_INTERPRET, which its @jit reads
+
+        triton_interpreter.patch_once()
     os.environ["XLA_FLAGS"] = " ".join(
         [os.environ["XLA_FLAGS"]]
         + [f"{name}={value}" for name, value in FAST_CPU_COMPILE.items() if name not in os.environ["XLA_FLAGS"]]
