@@ -15,7 +15,11 @@ halves it. Results do not depend on either flag; ``kv-canary check`` (CI)
 runs every backend with XLA's defaults. Each flag is added only when
 ``XLA_FLAGS`` does not set it already (pytest-xdist workers inherit it), and
 never on a CUDA machine, whose XLA may not know the flags (an unknown flag
-aborts XLA).
+aborts XLA). On a machine without CUDA the garbage collector also runs its
+generations less often (``GC_THRESHOLDS``): its full collections walk every
+object the test process holds; and Triton's interpreter patches its language
+once a launch, not again at every device-function call
+(``tests/triton_interpreter.py``).
 
 Under pytest-xdist (``-n 2``: the README's command) every worker is a
 separate process that inherits this environment; on a GPU each worker's JAX
@@ -30,6 +34,7 @@ imported here so that the profile is loaded before any test module is.
 
 from __future__ import annotations
 
+import gc
 import os
 import pathlib
 import sys
@@ -47,9 +52,20 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 from kv_canary.platform import cuda_available  # noqa: E402
 
 FAST_CPU_COMPILE = {"--xla_backend_optimization_level": "0", "--xla_cpu_use_fusion_emitters": "false"}
+# The collector's thresholds in this process on a machine without CUDA (Python's: 700, 10, 10). A full collection
+# walks every object torch, JAX, Triton and the collected tests keep (millions), and tracing makes garbage fast
+# enough that Python's thresholds ran about 30 of them in the serial default run; collecting the youngest generation
+# every 50000 allocations (the others every 20 of the one below) leaves the full collections to the interpreter's
+# "a quarter more long-lived objects" rule. Objects in reference cycles live a little longer; nothing else changes.
+GC_THRESHOLDS = (50_000, 20, 20)
 
 if not cuda_available():
+    gc.set_threshold(*GC_THRESHOLDS)
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    if os.environ["TRITON_INTERPRET"] not in ("", "0"):
+        from tests import triton_interpreter  # imports Triton: after TRITON_INTERPRET, which its @jit reads
+
+        triton_interpreter.patch_once()
     os.environ["XLA_FLAGS"] = " ".join(
         [os.environ["XLA_FLAGS"]]
         + [f"{name}={value}" for name, value in FAST_CPU_COMPILE.items() if name not in os.environ["XLA_FLAGS"]]
@@ -75,6 +91,12 @@ try:
         jax.config.update("jax_compilation_cache_dir", JAX_CACHE)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    # The tests' child processes (fresh interpreters, the README's blocks, the tools' JAX children) share the
+    # cache: JAX reads these variables when it starts. A variable already set wins.
+    if jax.config.jax_compilation_cache_dir:
+        for name in ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+                     "jax_persistent_cache_min_entry_size_bytes"):
+            os.environ.setdefault(name.upper(), str(getattr(jax.config, name)))
 except ImportError:  # the JAX tests skip themselves
     pass
 

@@ -5,7 +5,11 @@
   test process's setup (conftest's ``XLA_FLAGS``, x64 and ``TRITON_INTERPRET``
   are removed from the environment), so a block gets only what it sets itself.
   The package is found through ``PYTHONPATH`` (the README's ``pip install -e``
-  does the same). The blocks assert their own results.
+  does the same). The one thing the blocks share with the test run is JAX's
+  persistent compilation cache (conftest's ``JAX_COMPILATION_CACHE_DIR``, kept in
+  the environment: it changes no result, and its keys hold the XLA flags, so a
+  block's entries are its own): their programs compile once a machine, not
+  once a run. The blocks assert their own results.
 - The README's install is the one CI runs, and its table names the pins.
 - The README stays skimmable: at most ``README_LIMIT`` bytes, no prose line
   (table rows included; code blocks aside) over ``LINE_LIMIT`` characters, no

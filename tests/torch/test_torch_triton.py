@@ -8,15 +8,25 @@ import pytest
 
 from kv_canary.platform import cuda_available
 from kv_canary_torch.conformance import TorchRunner
+from kv_canary_torch.launch import plan
 from tests.contract import ScatterContract
+from tests.strategies import large_batch
 
 
 class TestTorchTriton(ScatterContract):
     examples = 25  # the Triton interpreter runs each program in numpy: cheap for small grids
+    # The interpreter runs each of a LARGE launch's programs (one a request here) on 1024 lanes in numpy, about 3 ms
+    # each: 2000 requests of width 9 are the round count past SMALL_CELLS (1820 at this width), still the LARGE launch.
+    large_bs = 2000
 
     @classmethod
     def make_runner(cls):
         return TorchRunner("triton")
+
+    def test_thousands_of_requests(self, runner):
+        flat_in, _, _, pool = large_batch(bs=self.large_bs, width=9, seed=3)
+        assert plan.launch_shape(self.large_bs, pool.shape[1], len(flat_in)) == plan.LARGE
+        super().test_thousands_of_requests(runner)
 
 
 # Compiles the kernel (not interpreted) for an H100/H200 (sm_90) without a GPU:
