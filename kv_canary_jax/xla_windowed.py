@@ -61,20 +61,24 @@ def _contiguous(flat_in, offsets, req_pool_indices, pool_out, start_cols):
     """Segments that tile ``[0, offsets[bs])`` (``contiguous``): each token's request by ``jnp.repeat``, one scatter.
 
     Token ``t < min(N, offsets[bs])`` lies in exactly one segment, request ``r = repeat(arange(bs), lengths)[t]``
-    (empty segments repeat nothing), and goes to column ``c = start_cols[r] + (t - offsets[r])`` of row ``rows[r]``,
-    written where ``0 <= c < C`` and the row is in ``[0, R)``: the spec's window (``windowed_columns``) for such
-    offsets, with no value-dependent control and no ``bs * min(C, N)`` grid. ``t - offsets[r]`` lies in ``[0, N)``;
-    where ``start_cols[r] + j`` passes ``2**63 - 1`` it wraps negative and is skipped, as is its true value (past
-    ``C``), so the test is exact. Tokens past ``offsets[bs]`` (``repeat`` gives them the last request) are skipped.
+    (empty segments repeat nothing), and goes to column ``c = start_cols[r] + (t - offsets[r])`` of row ``rows[r]``:
+    the spec's window (``windowed_columns``) for such offsets. The tokens past ``offsets[bs]`` belong to one more
+    request on row ``R``, past the pool. Rows are clipped to ``[-1, R]`` and columns to ``[-1, C]``, and the scatter
+    drops every index outside the pool without wrapping negative ones (``wrap_negative_indices=False``; the clip
+    keeps an index outside the pool outside it in the int32 JAX may narrow indices to), so no cell needs a mask: a
+    row outside ``[0, R)`` and a column outside ``[0, C)`` are dropped, and where ``start_cols[r] + j`` passes ``2**63
+    - 1`` it wraps negative and is dropped, as its true value (past ``C``) would be. ``t - offsets[r]`` lies in ``[0, N)``. No value-dependent control, no ``bs
+    * min(C, N)`` grid.
     """
     (n_tokens,), (bs,), (n_rows, width) = flat_in.shape, req_pool_indices.shape, pool_out.shape
-    firsts = offsets[:-1]
-    request = jnp.repeat(jnp.arange(bs), offsets[1:] - firsts, total_repeat_length=n_tokens)
-    t = jnp.arange(n_tokens, dtype=jnp.int64)
-    column = start_cols[request] + (t - firsts[request])
-    row = req_pool_indices[request]
-    ok = (t < offsets[bs]) & (column >= 0) & (column < width) & (row >= 0) & (row < n_rows)
-    return pool_out.at[jnp.where(ok, row, n_rows), jnp.where(ok, column, 0)].set(flat_in.astype(jnp.int32), mode="drop")
+    past = jnp.full((1,), n_rows, req_pool_indices.dtype)
+    rows = jnp.clip(jnp.concatenate((req_pool_indices, past)), -1, n_rows)
+    firsts = offsets  # request r < bs starts at offsets[r]; the tail at offsets[bs]
+    lengths = jnp.concatenate((offsets[1:] - offsets[:-1], jnp.full((1,), n_tokens, offsets.dtype)))
+    starts = jnp.concatenate((start_cols, jnp.zeros((1,), start_cols.dtype)))
+    request = jnp.repeat(jnp.arange(bs + 1), lengths, total_repeat_length=n_tokens)
+    column = jnp.clip(starts[request] + (jnp.arange(n_tokens, dtype=jnp.int64) - firsts[request]), -1, width)
+    return pool_out.at[rows[request], column].set(flat_in.astype(jnp.int32), mode="drop", wrap_negative_indices=False)
 
 
 def _token_pass_or_grid(flat_in, offsets, req_pool_indices, pool_out, start_cols, cells):
