@@ -63,22 +63,22 @@ def _contiguous(flat_in, offsets, req_pool_indices, pool_out, start_cols):
     Token ``t < min(N, offsets[bs])`` lies in exactly one segment, request ``r = repeat(arange(bs), lengths)[t]``
     (empty segments repeat nothing), and goes to column ``c = start_cols[r] + (t - offsets[r])`` of row ``rows[r]``:
     the spec's window (``windowed_columns``) for such offsets. The tokens past ``offsets[bs]`` belong to one more
-    request on row ``R``, past the pool. Rows are clipped to ``[-1, R]`` and columns to ``[-1, C]``, and the scatter
-    drops every index outside the pool without wrapping negative ones (``wrap_negative_indices=False``; the clip
-    keeps an index outside the pool outside it in the int32 JAX may narrow indices to), so no cell needs a mask: a
-    row outside ``[0, R)`` and a column outside ``[0, C)`` are dropped, and where ``start_cols[r] + j`` passes ``2**63
-    - 1`` it wraps negative and is dropped, as its true value (past ``C``) would be. ``t - offsets[r]`` lies in ``[0, N)``. No value-dependent control, no ``bs
-    * min(C, N)`` grid.
+    request on row ``R``, past the pool. One ``lax.scatter`` of int64 ``(row, column)`` indices in
+    ``FILL_OR_DROP`` mode drops every index outside the pool as it is (no negative index wraps, none is narrowed),
+    so no cell needs a mask: a row outside ``[0, R)`` and a column outside ``[0, C)`` are dropped, and where
+    ``start_cols[r] + j`` passes ``2**63 - 1`` it wraps negative and is dropped, as its true value (past ``C``)
+    would be. ``t - offsets[r]`` lies in ``[0, N)``. No value-dependent control, no ``bs * min(C, N)`` grid.
     """
-    (n_tokens,), (bs,), (n_rows, width) = flat_in.shape, req_pool_indices.shape, pool_out.shape
-    past = jnp.full((1,), n_rows, req_pool_indices.dtype)
-    rows = jnp.clip(jnp.concatenate((req_pool_indices, past)), -1, n_rows)
-    firsts = offsets  # request r < bs starts at offsets[r]; the tail at offsets[bs]
+    (n_tokens,), (bs,), (n_rows, _) = flat_in.shape, req_pool_indices.shape, pool_out.shape
+    rows = jnp.concatenate((req_pool_indices.astype(jnp.int64), jnp.full((1,), n_rows, jnp.int64)))
     lengths = jnp.concatenate((offsets[1:] - offsets[:-1], jnp.full((1,), n_tokens, offsets.dtype)))
-    starts = jnp.concatenate((start_cols, jnp.zeros((1,), start_cols.dtype)))
+    starts = jnp.concatenate((start_cols.astype(jnp.int64), jnp.zeros((1,), jnp.int64)))
     request = jnp.repeat(jnp.arange(bs + 1), lengths, total_repeat_length=n_tokens)
-    column = jnp.clip(starts[request] + (jnp.arange(n_tokens, dtype=jnp.int64) - firsts[request]), -1, width)
-    return pool_out.at[rows[request], column].set(flat_in.astype(jnp.int32), mode="drop", wrap_negative_indices=False)
+    column = starts[request] + (jnp.arange(n_tokens, dtype=jnp.int64) - offsets[request])
+    cells = lax.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0, 1),
+                                        scatter_dims_to_operand_dims=(0, 1))
+    return lax.scatter(pool_out, jnp.stack((rows[request], column), axis=1), flat_in.astype(jnp.int32), cells,
+                       mode=lax.GatherScatterMode.FILL_OR_DROP)
 
 
 def _token_pass_or_grid(flat_in, offsets, req_pool_indices, pool_out, start_cols, cells):

@@ -133,10 +133,16 @@ def test_conformance_cases(runner):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not any(d.platform == "gpu" for d in jax.devices()), reason="needs a JAX GPU")
-@property_settings(10)
-@given(batch=anything(max_rows=20, max_width=40, max_bs=30))
-def test_gpu_default_implementation_matches_the_reference(batch):
-    rows, table, start, end, loc, bs = batch
-    args = [jax.device_put(x, jax.devices("gpu")[0]) for x in (rows, table, start, end, loc)]
-    got = jax.jit(functools.partial(assign_req_to_token_pool, batch_size=bs), donate_argnums=1)(*args)
-    assert_same_pool(np.asarray(got), assignment.assignment_reference(*batch))
+@pytest.mark.parametrize("implementation", [None, "xla"])
+def test_gpu_default_implementation_and_xla_path_match_the_reference(implementation):
+    """The default (the masked running sum and the kernel) and the XLA path, compiled for the GPU, on any values."""
+    @property_settings(10)
+    @given(batch=anything(max_rows=20, max_width=40, max_bs=30))
+    def check(batch):
+        rows, table, start, end, loc, bs = batch
+        args = [jax.device_put(x, jax.devices("gpu")[0]) for x in (rows, table, start, end, loc)]
+        f = functools.partial(assign_req_to_token_pool, batch_size=bs, implementation=implementation)
+        got = jax.jit(f, donate_argnums=1)(*args)
+        assert_same_pool(np.asarray(got), assignment.assignment_reference(*batch))
+
+    check()
