@@ -23,11 +23,10 @@ retitled the same way.
 
 The running sum on a GPU, for batches of at most ``MASKED_PREFIX_MAX`` requests, is one masked reduction (offset ``i``
 is the sum of the lengths ``j < i``: ``(bs + 1) x bs`` cells, one XLA fusion with the lengths' own math) rather than
-``jnp.cumsum`` (XLA's cumulative sum and the concatenation of the leading 0: two or three kernels). Device time of the
-whole assignment jitted alone, Mosaic GPU kernel, sglang's inputs into a 2049 x 32769 table (H200, 2026-12-02, jax
-0.11.2, the profiler's kernel records): decode 64 / 256 / 1024 2.28 / 4.27 / 5.37 us against 3.75 / 4.86 / 7.20,
-extends of 8 x 2048, 64 x 512 and 256 x 1-511 2.25 / 3.41 / 6.22 against 2.62 / 4.83 / 6.83. Elsewhere (CPUs,
-TPUs, larger batches) it is ``jnp.cumsum``, whose work grows with ``bs`` and not ``bs**2``.
+``jnp.cumsum`` (XLA's cumulative sum and the concatenation of the leading 0: two or three kernels): the whole
+assignment takes 9-39% less device time at six of sglang's seven step cases on the H200 (docs/performance-notes.md,
+"The JAX assignment"). Elsewhere (CPUs, TPUs, larger batches) it is ``jnp.cumsum``, whose work grows with ``bs`` and
+not ``bs**2``.
 """
 
 from __future__ import annotations

@@ -240,7 +240,7 @@ class IncrementalWriter:
         if flat is _DEFERRED and self._store(new_tokens, views[11], count) != count:
             flat, _ = self._flat(new_tokens)  # an entry the native piece does not take: converted here, or refused
         if flat is _DEFERRED:
-            pass
+            pass  # the native piece wrote the tokens into the slot
         elif type(flat) is _words:
             views[7][:] = flat  # the memoryview of the slot's tokens: one copy of the array's buffer
         elif flat is not None:
@@ -353,9 +353,9 @@ class IncrementalWriter:
     def _views(self, slot: int, bs: int, count: int) -> tuple:
         """The views of one step of ``bs`` requests and ``count`` tokens in ``slot``: the copy's destination and
         source, the launch's four inputs (device), then the packing's destinations (host): the tokens as numpy and
-        as a memoryview, the rows and the first columns; the copy's addresses and size; the tokens' host address. Made once per ``(bs, count)`` (a decode loop repeats one) and
-        kept for the last ``_VIEWS_KEPT`` of them per slot, since slicing costs host time (a tensor's about a
-        microsecond)."""
+        as a memoryview, the rows and the first columns; the copy's addresses and size; the tokens' host address.
+        Made once per ``(bs, count)`` (a decode loop repeats one) and kept for the last ``_VIEWS_KEPT`` of them per
+        slot, since slicing costs host time (a tensor's about a microsecond)."""
         kept = self._cached_views[slot]
         views = kept.get((bs, count))
         if views is None:
