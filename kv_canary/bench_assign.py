@@ -291,10 +291,6 @@ def measure(torch, config: Config = FULL, flushed=None, chained=None, say=None) 
     return figures
 
 
-def _cell(value, digits: int = 2) -> str:
-    return "" if value is None else f"{value:.{digits}f}"
-
-
 def render(figures: dict) -> str:
     """The tables of ``figures`` (``device``, ``host``, and ``jax`` where present) as markdown."""
     parts = [
@@ -306,8 +302,8 @@ def render(figures: dict) -> str:
     ]
     lines = ["| case | slots | ours | baseline | ratio | ours chained | baseline chained | ratio |", "|---|---:|" + "---:|" * 6]
     for r in figures["device"]:
-        lines.append(f"| {r['case']} | {r['slots']} | {_cell(r['ours_us'])} | {_cell(r['baseline_us'])} | {_cell(r['ratio'], 3)} "
-                     f"| {_cell(r['ours_chained_us'])} | {_cell(r['baseline_chained_us'])} | {_cell(r['ratio_chained'], 3)} |")
+        lines.append(f"| {r['case']} | {r['slots']} | {bench_markdown.number(r['ours_us'])} | {bench_markdown.number(r['baseline_us'])} | {bench_markdown.number(r['ratio'], 3)} "
+                     f"| {bench_markdown.number(r['ours_chained_us'])} | {bench_markdown.number(r['baseline_chained_us'])} | {bench_markdown.number(r['ratio_chained'], 3)} |")
     parts.append("\n".join(lines))
     lines = ["| pattern | ours | sglang's launch | one torch op (table.add_(0)) | ours served natively |",
              "|---|---:|---:|---:|---:|"]
@@ -328,9 +324,9 @@ def render(figures: dict) -> str:
         lines = ["| case | slots | runs | library device | vs plain | xla device | vs plain | plain device "
                  "| library wall | xla wall | plain wall |", "|---|---:|---|" + "---:|" * 8]
         for r in figures["jax"]:
-            lines.append(f"| {r['case']} | {r['slots']} | {r['runs']} | {_cell(r.get('library_device_us'))} "
-                         f"| {_cell(r.get('vs_plain_device'))} | {_cell(r.get('xla_device_us'))} "
-                         f"| {_cell(r.get('xla_vs_plain_device'))} | {_cell(r.get('plain_device_us'))} "
+            lines.append(f"| {r['case']} | {r['slots']} | {r['runs']} | {bench_markdown.number(r.get('library_device_us'))} "
+                         f"| {bench_markdown.number(r.get('vs_plain_device'))} | {bench_markdown.number(r.get('xla_device_us'))} "
+                         f"| {bench_markdown.number(r.get('xla_vs_plain_device'))} | {bench_markdown.number(r.get('plain_device_us'))} "
                          f"| {r['library_marginal_us']['median']:.1f} | {r['xla_marginal_us']['median']:.1f} "
                          f"| {r['plain_marginal_us']['median']:.1f} |")
         parts += ["## JAX: the assignment's marginal cost in a jitted step",

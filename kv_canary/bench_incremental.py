@@ -331,10 +331,6 @@ def measure(torch, config: Config = FULL, flushed=None, chained=None, say=None) 
     return figures
 
 
-def _cell(value, digits: int = 1) -> str:
-    return "" if value is None else f"{value:.{digits}f}"
-
-
 def render(figures: dict) -> str:
     """The three tables of ``figures`` (``measure``'s) as markdown sections, each with what it answers."""
     parts = [
@@ -369,9 +365,9 @@ def render(figures: dict) -> str:
     for r in figures["windowed"]:
         cells = []
         for suffix in ("", "_chained"):
-            cells.append(_cell(r[f"unwindowed{suffix}_us"], 2))
+            cells.append(bench_markdown.number(r[f"unwindowed{suffix}_us"], 2))
             for name in ("zeros", "append"):
-                cells += [_cell(r[f"{name}{suffix}_us"], 2), _cell(r[f"{name}{suffix}_ratio"], 3)]
+                cells += [bench_markdown.number(r[f"{name}{suffix}_us"], 2), bench_markdown.number(r[f"{name}{suffix}_ratio"], 3)]
         lines.append(f"| {bench_markdown.case_label(r)} | {r['tokens']} | " + " | ".join(cells) + " |")
     parts.append("\n".join(lines))
     head = "| pattern | " + " | ".join(HOST_TITLES[name] for name in HOST_RUNS) + " |"

@@ -9,7 +9,8 @@ empty and a table whose columns are all empty out. ``write(path, text)``
 writes it, keeping from the file already at ``path`` the step section
 (``STEP_TITLE``: ``kv-canary bench --step`` measures it, the bench does not).
 ``python -m kv_canary.bench_markdown BENCH.json`` prints the document of a
-saved run.
+saved run. ``prose(text)`` and ``number(value, digits=2)`` are the paragraph
+and the table cell the other bench modes' tables use too.
 """
 
 from __future__ import annotations
@@ -110,6 +111,11 @@ def prose(text: str) -> str:
 
 
 WIDTH = 120
+
+
+def number(value, digits: int = 2) -> str:
+    """A table cell: ``value`` with ``digits`` decimals, empty for None (a figure a run could not give)."""
+    return "" if value is None else f"{value:.{digits}f}"
 
 
 def document(meta: dict, rows: list[dict]) -> str:
