@@ -79,8 +79,8 @@ def windows(start_offset, end_offset, batch_size: int, n_tokens: int):
 
 
 def summed_prefix(lengths):
-    """``[0, cumsum(lengths)]``: ``jnp.cumsum`` and the leading 0."""
-    return jnp.concatenate((jnp.zeros((1,), lengths.dtype), jnp.cumsum(lengths)))
+    """``[0, cumsum(lengths)]``: the spec's ``assignment.running_sum`` in jax.numpy (``jnp.cumsum``)."""
+    return assignment.running_sum(lengths, jnp)
 
 
 def masked_prefix(lengths):

@@ -113,10 +113,14 @@ def windows(start_offset, end_offset, batch_size: int, n_tokens: int, xp=np):
     """
     start = xp.asarray(start_offset[:batch_size], dtype=xp.int64)
     end = xp.asarray(end_offset[:batch_size], dtype=xp.int64)
-    running = xp.cumsum(lengths(start, end, n_tokens, xp), 0)
+    return running_sum(lengths(start, end, n_tokens, xp), xp), start
+
+
+def running_sum(request_lengths, xp=np):
+    """``[0, cumsum(request_lengths)]``: the offsets of segments of these lengths, in ``xp`` on their device."""
     # offsets[0] = 0 as an array of the inputs' framework and device: the sum of no entries, as a 1-entry array
-    zero = start[:0].sum().reshape(1)
-    return xp.concatenate((zero, running)), start
+    zero = request_lengths[:0].sum().reshape(1)
+    return xp.concatenate((zero, xp.cumsum(request_lengths, 0)))
 
 
 def assignment_reference(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size=None):
