@@ -101,8 +101,9 @@ def scatter_contiguous(flat_in, offsets, req_pool_indices, pool_out, start_cols,
                        interpret: bool = False) -> jax.Array:
     """``scatter_req_token_ids(..., start_cols=start_cols)`` for a caller whose ``offsets`` start at 0 and never
     decrease by construction (the assignment's running sum): the same checks and kernels, and an XLA path that finds
-    each token's request by ``jnp.repeat`` on every platform (``xla_windowed._contiguous``). Offsets that break the
-    promise are not detected here: it is the caller's."""
+    each token's request by ``jnp.repeat`` on every platform (``xla_windowed._contiguous``); a row-sharded pool
+    takes ``scatter_req_token_ids``' own path. Offsets that break the promise are not detected here: it is the
+    caller's."""
     return _scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols, implementation, interpret, False,
                     contiguous=True)
 

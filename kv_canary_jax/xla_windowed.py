@@ -6,8 +6,8 @@ whose checks have passed, and returns the pool with the requests' tokens written
 ``shared_spec.reference`` says. ``contiguous=True`` is the caller's promise that ``offsets[0] = 0`` and ``offsets``
 never decreases, so that the segments tile ``[0, offsets[bs])`` (the assignment's running sum of lengths that are
 never negative): then every platform takes ``_contiguous``, what a JAX user writes by hand with the spec's clipping
-added, and the per-platform choice below does not apply. Scatters write the pool (in place when the caller donates it); when ``bs``, ``N``,
-``R`` or ``C`` is 0 the pool is returned as is. Unwindowed calls take ``xla.scatter``.
+added, and the per-platform choice below does not apply. Scatters write the pool (in place when the caller donates
+it); when ``bs``, ``N``, ``R`` or ``C`` is 0 the pool is returned as is. Unwindowed calls take ``xla.scatter``.
 
 Per platform (``lax.platform_dependent``), both exact for any values (overlapping or decreasing segments included):
 
