@@ -302,8 +302,9 @@ def render(figures: dict) -> str:
     ]
     lines = ["| case | slots | ours | baseline | ratio | ours chained | baseline chained | ratio |", "|---|---:|" + "---:|" * 6]
     for r in figures["device"]:
-        lines.append(f"| {r['case']} | {r['slots']} | {bench_markdown.number(r['ours_us'])} | {bench_markdown.number(r['baseline_us'])} | {bench_markdown.number(r['ratio'], 3)} "
-                     f"| {bench_markdown.number(r['ours_chained_us'])} | {bench_markdown.number(r['baseline_chained_us'])} | {bench_markdown.number(r['ratio_chained'], 3)} |")
+        cells = [bench_markdown.number(r[key], 3 if key.startswith("ratio") else 2)
+                 for key in ("ours_us", "baseline_us", "ratio", "ours_chained_us", "baseline_chained_us", "ratio_chained")]
+        lines.append(f"| {r['case']} | {r['slots']} | " + " | ".join(cells) + " |")
     parts.append("\n".join(lines))
     lines = ["| pattern | ours | sglang's launch | one torch op (table.add_(0)) | ours served natively |",
              "|---|---:|---:|---:|---:|"]
@@ -324,11 +325,10 @@ def render(figures: dict) -> str:
         lines = ["| case | slots | runs | library device | vs plain | xla device | vs plain | plain device "
                  "| library wall | xla wall | plain wall |", "|---|---:|---|" + "---:|" * 8]
         for r in figures["jax"]:
-            lines.append(f"| {r['case']} | {r['slots']} | {r['runs']} | {bench_markdown.number(r.get('library_device_us'))} "
-                         f"| {bench_markdown.number(r.get('vs_plain_device'))} | {bench_markdown.number(r.get('xla_device_us'))} "
-                         f"| {bench_markdown.number(r.get('xla_vs_plain_device'))} | {bench_markdown.number(r.get('plain_device_us'))} "
-                         f"| {r['library_marginal_us']['median']:.1f} | {r['xla_marginal_us']['median']:.1f} "
-                         f"| {r['plain_marginal_us']['median']:.1f} |")
+            device = [bench_markdown.number(r.get(key)) for key in
+                      ("library_device_us", "vs_plain_device", "xla_device_us", "xla_vs_plain_device", "plain_device_us")]
+            wall = [f"{r[f'{name}_marginal_us']['median']:.1f}" for name in ("library", "xla", "plain")]
+            lines.append(f"| {r['case']} | {r['slots']} | {r['runs']} | " + " | ".join(device + wall) + " |")
         parts += ["## JAX: the assignment's marginal cost in a jitted step",
                   bench_markdown.prose(
                       "What `assign_req_to_token_pool` (its default implementation, and its `xla` path) and the plain XLA assignment "

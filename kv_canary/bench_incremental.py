@@ -367,7 +367,8 @@ def render(figures: dict) -> str:
         for suffix in ("", "_chained"):
             cells.append(bench_markdown.number(r[f"unwindowed{suffix}_us"], 2))
             for name in ("zeros", "append"):
-                cells += [bench_markdown.number(r[f"{name}{suffix}_us"], 2), bench_markdown.number(r[f"{name}{suffix}_ratio"], 3)]
+                cells += [bench_markdown.number(r[f"{name}{suffix}_us"], 2),
+                          bench_markdown.number(r[f"{name}{suffix}_ratio"], 3)]
         lines.append(f"| {bench_markdown.case_label(r)} | {r['tokens']} | " + " | ".join(cells) + " |")
     parts.append("\n".join(lines))
     head = "| pattern | " + " | ".join(HOST_TITLES[name] for name in HOST_RUNS) + " |"
