@@ -119,14 +119,15 @@ def _scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols, implement
     values = checks.check_arguments(flat_in, offsets, req_pool_indices, pool_out, start_cols)
     # Torch tensors become JAX arrays on their own device first, so that a torch pool decides the placement as a JAX one does.
     values = tuple(jax_input(v) if is_torch(v) else v for v in values)
-    device, platform = _placement(values)
+    device, platform = placement(values)
     choice, staged = compute.prepare(values, platform, implementation, bool(interpret), check_values)
     arrays = [jax_input(v, device) for v in values]
     return compute.scatter(*arrays, choice=choice, interpret=bool(interpret), staged=staged, contiguous=contiguous)
 
 
-def _placement(values) -> tuple[object | None, str | None]:
-    """(device for host data, platform that computes): pool_out's, else another argument's.
+def placement(values) -> tuple[object | None, str | None]:
+    """(device for host data, platform that computes) of ``(flat_in, offsets, req_pool_indices, pool_out, ...)``:
+    pool_out's, else another argument's.
 
     The platform is None when it cannot be known before lowering (tracers only).
     """

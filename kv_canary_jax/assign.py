@@ -37,12 +37,15 @@ from jax import lax
 
 from kv_canary_arrays.adopt import jax_input
 from kv_canary_arrays.describe import JAX, describe, jax_x64_enabled
-from kv_canary_jax import platforms
-from kv_canary_jax.api import scatter_contiguous
+from kv_canary_jax import implementations, platforms, sharded
+from kv_canary_jax.api import placement, scatter_contiguous
 from shared_spec import assignment, errors
 
 # Batches up to this many requests take the masked running sum on a GPU (module docstring): 1M cells at most.
 MASKED_PREFIX_MAX = 1024
+# Batches up to this many requests, where the Mosaic GPU kernel runs, take its own running sum
+# (pallas_mosaic_gpu.assign: two scalar loads per earlier request in each program; module docstring).
+SCALAR_SUM_MAX = 16
 
 
 def assign_req_to_token_pool(
@@ -60,12 +63,38 @@ def assign_req_to_token_pool(
     bs = views["req_pool_indices"].shape[0] if batch_size is None else assignment.batch_size_value(batch_size)
     device = _table_device(values)
     rows, table, start, end, loc = (jax_input(value, device) for value in values)
-    offsets, start_cols = windows(start, end, bs, loc.shape[0])
     try:
-        return scatter_contiguous(loc.astype(jnp.int64), offsets, rows[:bs].astype(jnp.int64), table, start_cols,
-                                  implementation=implementation, interpret=interpret)
+        return _write(rows[:bs], table, start[:bs], end[:bs], loc, implementation, bool(interpret))
     except (errors.KvCanaryTypeError, errors.KvCanaryValueError) as error:
         raise errors.retitled(error) from None
+
+
+def _write(rows, table, start, end, loc, implementation, interpret: bool):
+    """The table with the batch written: Mosaic GPU's own kernel where it runs and takes the batch (module
+    docstring), else the running sum and the windowed scatter."""
+    bs = rows.shape[0]
+
+    def by_offsets(rows, table, start, end, loc):
+        offsets, start_cols = windows(start, end, bs, loc.shape[0])
+        return scatter_contiguous(loc.astype(jnp.int64), offsets, rows.astype(jnp.int64), table, start_cols,
+                                  implementation=implementation, interpret=interpret)
+
+    args = (rows, table, start, end, loc)
+    if bs > SCALAR_SUM_MAX or sharded.row_layout(table) is not None:
+        return by_offsets(*args)
+    _, platform = placement((loc, None, rows, table, start, end))
+    choice = implementations.choice(implementation, platform, interpret)
+    if all(name != implementations.MOSAIC for _, name in choice):
+        return by_offsets(*args)
+    from kv_canary_jax import pallas_mosaic_gpu  # imported once chosen (it may not import: implementations)
+
+    def kernel(*args):
+        return pallas_mosaic_gpu.assign(*args, interpret=interpret)
+
+    branches = {p: kernel if name == implementations.MOSAIC else by_offsets for p, name in choice}
+    if len(branches) == 1 and None in branches:
+        return branches[None](*args)
+    return lax.platform_dependent(*args, default=branches.pop(None, by_offsets), **branches)
 
 
 def windows(start_offset, end_offset, batch_size: int, n_tokens: int):

@@ -133,6 +133,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from kv_canary_jax import batching
 from kv_canary_jax import windows
 from kv_canary_jax.windows import pool_window
+from shared_spec import assignment
 from shared_spec.reference import longest_window
 
 # The threads of one warpgroup, which executes a Mosaic GPU kernel in the Lane
@@ -284,24 +285,24 @@ def staged_columns(lo, hi, k, xp=jnp):
 
 
 def _kernel(
-    lane, r, flat_ref, offsets_ref, rows_ref, start_cols_ref, pool_ref, stage_ref, *,
+    lane, r, flat_ref, request, rows_ref, pool_ref, stage_ref, *,
     n_tokens: int, n_rows: int, width: int, tile: int, lanes: int, vectors, interpret: bool,
 ):
     """Program ``(lane, r)``: lane ``lane`` of request ``r`` (see the module docstring).
 
-    ``start_cols_ref`` is None for an unwindowed call. ``stage_ref`` is ``2 * VEC`` int32 of shared memory (unused where ``N <
+    ``request(r)`` is request ``r``'s ``(start, end, start_col)`` in ``flat_ref`` (``start_col`` None for an
+    unwindowed call). ``stage_ref`` is ``2 * VEC`` int32 of shared memory (unused where ``N <
     VEC``). Compiled (not ``interpret``), the kernel places the stage's barrier
     and pins the register layout where this JAX can; the interpreter
     (sequential, no layouts) has rules for neither.
     """
     pin_layout = not interpret and layout_pinnable()
-    start = offsets_ref[r]
-    end = offsets_ref[r + 1]
+    start, end, start_col = request(r)
     row = rows_ref[r]
-    if start_cols_ref is None:
+    if start_col is None:
         base, lo, hi = pool_window(start, end, None, width, n_tokens, jnp)
     else:
-        base, lo, hi = windows.kernel_window(start, end, start_cols_ref[r], width, n_tokens)
+        base, lo, hi = windows.kernel_window(start, end, start_col, width, n_tokens)
     # Columns and tile offsets (< C + lanes * tile) in int32 unless the pool is too
     # wide: fewer registers.
     col = jnp.int64 if width + (lanes + 1) * max(tile, VEC) >= INT32_COLUMNS_BELOW else jnp.int32
@@ -399,22 +400,36 @@ def _call(flat_in, offsets, req_pool_indices, pool_out, *start_cols, interpret: 
         vectors=vector_sizes(tile), interpret=interpret,
     )
     windowed = bool(start_cols)
-    inputs = (flat_in, offsets, req_pool_indices, *start_cols)
+
+    def bind(refs):
+        """The kernel's token ref, ``request`` and rows ref from the operands' refs."""
+        flat_ref, offsets_ref, rows_ref = refs[:3]
+        start_cols_ref = refs[3] if windowed else None
+
+        def request(r):
+            return offsets_ref[r], offsets_ref[r + 1], None if start_cols_ref is None else start_cols_ref[r]
+
+        return flat_ref, request, rows_ref
+
+    return _launch((flat_in, offsets, req_pool_indices, *start_cols), pool_out, bind, kernel, (lanes, bs), interpret)
+
+
+def _launch(inputs, pool_out, bind, kernel, grid, interpret: bool):
+    """``kernel`` over ``grid`` with ``pool_out`` written in place: ``pl.kernel`` compiled, ``pl.pallas_call``
+    interpreted (see "Launch" in the module docstring). ``bind(refs)``: the kernel's ``(flat_ref, request,
+    rows_ref)`` from the refs of ``inputs``."""
 
     def staged(lane, r, *refs):
         """The kernel with its short-window stage in ``run_scoped`` shared memory (see the module docstring).
 
-        ``refs``: the three vectors' refs, start_cols' (windowed), then the pool's.
+        ``refs``: the inputs' refs, then the pool's.
         """
-        flat_ref, offsets_ref, rows_ref = refs[:3]
-        start_cols_ref = refs[3] if windowed else None
-        pool_ref = refs[-1]
+        flat_ref, request, rows_ref = bind(refs[:-1])
         pl.run_scoped(
-            lambda stage_ref: kernel(lane, r, flat_ref, offsets_ref, rows_ref, start_cols_ref, pool_ref, stage_ref),
+            lambda stage_ref: kernel(lane, r, flat_ref, request, rows_ref, refs[-1], stage_ref),
             plgpu.SMEM((2 * VEC,), jnp.int32),
         )
 
-    grid = (lanes, bs)
     if not interpret:
         def body(*refs):
             staged(lax.axis_index(LANE_AXIS), lax.axis_index(REQUEST_AXIS), *refs)
@@ -467,3 +482,45 @@ def scatter(
     call = functools.partial(_call, interpret=interpret, block=block)
     window = () if start_cols is None else (start_cols,)
     return batching.per_example(call)(flat_in, offsets, req_pool_indices, pool_out, *window)
+
+
+def assign(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, *, interpret: bool = False):
+    """``shared_spec.assignment``'s table, the running sum in the kernel: request ``r`` is the windowed scatter's,
+    with ``offsets[r] = pt_r`` (the sum of the spec's ``lengths`` before it), ``offsets[r + 1] = pt_r +
+    lengths[r]`` and ``start_cols[r] = start_offset[r]``, on the scatter's kernel and grid.
+
+    Takes ``bs``-long int32 or int64 ``req_pool_indices``, ``start_offset``, ``end_offset`` (cut to the batch), int32
+    or int64 ``out_cache_loc`` and the int32 table, checked. The table is written in place (aliased), as the
+    scatter's pool is, and ``jax.vmap`` maps it per example, as the scatter (``batching.per_example``). Each program sums ``pt_r`` from scalars, two loads for each of the ``bs - 1`` requests that
+    can come before one (unrolled, none waiting on ``r``, so all in flight together): for small batches
+    (``kv_canary_jax.assign.SCALAR_SUM_MAX``). Mosaic GPU has no masked vector load, so a vector form would need
+    batches of at least ``VEC`` requests, and over a grid of a program per request it would load ``O(bs**2)``
+    lengths.
+    """
+    (n_tokens,), (bs,), (n_rows, width) = out_cache_loc.shape, req_pool_indices.shape, req_to_token.shape
+    if min(bs, n_tokens, n_rows, width) == 0:
+        return req_to_token
+    tile, lanes = launch_shape(bs, width, n_tokens)
+    kernel = functools.partial(
+        _kernel, n_tokens=n_tokens, n_rows=n_rows, width=width, tile=tile, lanes=lanes,
+        vectors=vector_sizes(tile), interpret=interpret,
+    )
+
+    def bind(refs):
+        loc_ref, rows_ref, start_ref, end_ref = refs
+
+        def length(j):
+            return assignment.lengths(start_ref[j].astype(jnp.int64), end_ref[j].astype(jnp.int64), n_tokens, jnp)
+
+        def request(r):
+            before = jnp.int64(0)
+            for j in range(bs - 1):  # no load waits on r
+                before = before + jnp.where(j < r, length(j), 0)
+            return before, before + length(r), start_ref[r].astype(jnp.int64)
+
+        return loc_ref, request, rows_ref
+
+    def call(*inputs):
+        return _launch(inputs[:-1], inputs[-1], bind, kernel, (lanes, bs), interpret)
+
+    return batching.per_example(call)(out_cache_loc, req_pool_indices, start_offset, end_offset, req_to_token)

@@ -11,7 +11,9 @@ stops after two loads where ``s * BLOCK`` is past a bound on the longest window 
 clip(start, 0, C))`` each)::
 
     len   = clip(end - start, 0, N) of each request (the spec's length: exact, ``clipped_length``)
-    pt0   = sum of len over the requests before the group      -- a loop of PREFIX-wide blocks
+    pt0   = sum of len over the requests before the group      -- one SMALL-wide block where the group lies among
+                                                                  the first SMALL requests, else a loop of
+                                                                  PREFIX-wide blocks
     pt    = pt0 + cumsum(len) - len                            -- tl.cumsum within the group
     base, lo, hi, shift = the windowed scatter's window of each request (vector_window over offsets
           [pt, pt + len), start_cols = start; hi = lo for a row outside the table)
@@ -25,11 +27,12 @@ a one-chunk group (a decode step's) loads its slots without waiting for the redu
 
 No cell needs a search for its request (each row of the block is one request), so a decode step's group of
 ``GROUP`` one-token requests is one chunk of one program, and a long request's chunks spread over the ``SPLIT``
-programs of its group. Every launch constant is fixed (``GROUP``, ``PREFIX``, ``BLOCK``); ``bs``, the table's
+programs of its group. Every launch constant is fixed (``GROUP``, ``PREFIX``, ``SMALL``, ``BLOCK``); ``bs``, the table's
 shape, ``len(out_cache_loc)``, the strides and the pointers are never specialized, so a launch compiles nothing new
 for a new batch size, table or alignment (one variant per combination of the four index dtypes, and of Triton's
-int32/int64 choice for an int argument past 2**31). The prefix costs ``cdiv(g * GROUP, PREFIX)`` iterations of fixed
-width in program ``g``: one for the groups of the first ``PREFIX`` requests, ``O(bs^2 / GROUP)`` loads over the
+int32/int64 choice for an int argument past 2**31). The prefix costs one ``SMALL``-wide block in the groups of the
+first ``SMALL`` requests, ``cdiv(g * GROUP, PREFIX)`` ``PREFIX``-wide ones in program ``g`` past them (a block's
+instructions grow with its width, masked lanes included), ``O(bs^2 / GROUP)`` loads over the
 grid past that (run only by programs with columns to write), where sglang's kernel loads a
 ``next_power_of_2(bs)``-wide block in each of ``bs`` programs (``O(bs^2)``) and compiles one kernel per ``bs``
 bucket. Loads and stores are masked; ``out_cache_loc`` is read only inside ``[0, N)``, the table only written
@@ -46,6 +49,7 @@ from kv_canary_torch.triton_kernel import INT64_MAX, clipped_window
 
 GROUP = ASSIGN_GROUP  # requests a program (the grid's rule, with the programs per group: launch.plan.assign_grid)
 PREFIX = 1024  # lengths a prefix-loop iteration sums
+SMALL = 256  # lengths the one block of a group among the first SMALL requests sums
 BLOCK = 32  # columns of a request a chunk writes
 
 
@@ -84,7 +88,7 @@ def assign_kernel(
     loc_ptr,  # *int32|int64 out_cache_loc, N entries
     bs, n_tokens, n_rows, width,
     rows_stride, start_stride, end_stride, loc_stride, stride_row, stride_col,
-    GROUP: tl.constexpr, PREFIX: tl.constexpr, BLOCK: tl.constexpr,
+    GROUP: tl.constexpr, PREFIX: tl.constexpr, BLOCK: tl.constexpr, SMALL: tl.constexpr,
 ):
     group = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1).to(tl.int64)
@@ -98,7 +102,7 @@ def assign_kernel(
         # the group's two (a decode step's only program of a group, as short a chain of loads as sglang's).
         copy_group(rows_ptr, table_ptr, start_ptr, end_ptr, loc_ptr, start, end, r, mine, first_request, split * BLOCK,
                    n_tokens, n_rows, width, rows_stride, start_stride, end_stride, loc_stride, stride_row, stride_col,
-                   PREFIX, BLOCK)
+                   PREFIX, BLOCK, SMALL)
     else:
         # A bound on the group's longest window without the running sum: a request writes at most its length, and at
         # most C - shift columns. A program with no chunk under the bound stops here, before the prefix (a decode
@@ -108,26 +112,27 @@ def assign_kernel(
         if split * BLOCK < at_most:
             copy_group(rows_ptr, table_ptr, start_ptr, end_ptr, loc_ptr, start, end, r, mine, first_request,
                        split * BLOCK, n_tokens, n_rows, width, rows_stride, start_stride, end_stride, loc_stride,
-                       stride_row, stride_col, PREFIX, BLOCK)
+                       stride_row, stride_col, PREFIX, BLOCK, SMALL)
 
 
 @triton.jit
 def copy_group(rows_ptr, table_ptr, start_ptr, end_ptr, loc_ptr, start, end, r, mine, first_request, c0,
                n_tokens, n_rows, width, rows_stride, start_stride, end_stride, loc_stride, stride_row, stride_col,
-               PREFIX: tl.constexpr, BLOCK: tl.constexpr):
+               PREFIX: tl.constexpr, BLOCK: tl.constexpr, SMALL: tl.constexpr):
     """This program's chunks of the group's requests ``r`` (``mine``: ``r < bs``; ``start``, ``end`` loaded), from
     column chunk ``c0`` (the module docstring's loop)."""
     row = tl.load(rows_ptr + r * rows_stride, mask=mine, other=-1).to(tl.int64)
-    # The running sum before the group: PREFIX-wide blocks of lengths (none for group 0).
+    # The running sum before the group: one SMALL-wide block of lengths where it covers them, else PREFIX-wide
+    # blocks (none for group 0).
     pt0 = tl.zeros((), tl.int64)
-    b = first_request - first_request
-    while b < first_request:
-        idx = b + tl.arange(0, PREFIX)
-        before = idx < first_request
-        s = tl.load(start_ptr + idx * start_stride, mask=before, other=0).to(tl.int64)
-        e = tl.load(end_ptr + idx * end_stride, mask=before, other=0).to(tl.int64)
-        pt0 += tl.sum(clipped_length(s, e, n_tokens), axis=0)
-        b += PREFIX
+    if (first_request > 0) & (first_request <= SMALL):
+        pt0 = lengths_before(start_ptr, end_ptr, first_request - first_request, first_request, n_tokens, start_stride,
+                             end_stride, SMALL)
+    else:
+        b = first_request - first_request
+        while b < first_request:
+            pt0 += lengths_before(start_ptr, end_ptr, b, first_request, n_tokens, start_stride, end_stride, PREFIX)
+            b += PREFIX
     length = clipped_length(start, end, n_tokens)
     pt = pt0 + tl.cumsum(length, axis=0) - length  # the windowed scatter's offsets[r]
     base, lo, hi, shift = vector_window(pt, pt + length, start, width, n_tokens)
@@ -140,18 +145,32 @@ def copy_group(rows_ptr, table_ptr, start_ptr, end_ptr, loc_ptr, start, end, r, 
     width_q = (hi - lo)[:, None]
     # The first chunk before the loop's test (its reduction off the chain of a one-chunk group); masked, so a
     # program whose chunk is past every window stores nothing.
-    j = c0 + tl.arange(0, BLOCK)[None, :]  # [1, BLOCK]: columns past each request's lo
-    m = j < width_q
-    ids = tl.load(loc_ptr + (token_at + j) * loc_stride, mask=m)
-    tl.store(table_ptr + cell_at + j * stride_col, ids.to(tl.int32), mask=m)
+    copy_chunk(table_ptr, loc_ptr, token_at, cell_at, width_q, c0, loc_stride, stride_col, BLOCK)
     c0 += tl.num_programs(1) * BLOCK
     longest = tl.max(hi - lo, axis=0)  # hi >= lo (written_columns)
     while c0 < longest:
-        j = c0 + tl.arange(0, BLOCK)[None, :]
-        m = j < width_q
-        ids = tl.load(loc_ptr + (token_at + j) * loc_stride, mask=m)
-        tl.store(table_ptr + cell_at + j * stride_col, ids.to(tl.int32), mask=m)
+        copy_chunk(table_ptr, loc_ptr, token_at, cell_at, width_q, c0, loc_stride, stride_col, BLOCK)
         c0 += tl.num_programs(1) * BLOCK
+
+
+@triton.jit
+def lengths_before(start_ptr, end_ptr, b, first_request, n_tokens, start_stride, end_stride, WIDTH: tl.constexpr):
+    """The sum of the lengths of the requests ``b + [0, WIDTH)`` below ``first_request`` (one masked block)."""
+    idx = b + tl.arange(0, WIDTH)
+    before = idx < first_request
+    s = tl.load(start_ptr + idx * start_stride, mask=before, other=0).to(tl.int64)
+    e = tl.load(end_ptr + idx * end_stride, mask=before, other=0).to(tl.int64)
+    return tl.sum(clipped_length(s, e, n_tokens), axis=0)
+
+
+@triton.jit
+def copy_chunk(table_ptr, loc_ptr, token_at, cell_at, width_q, c0, loc_stride, stride_col, BLOCK: tl.constexpr):
+    """Chunk ``c0`` of the group's windows: ``j = c0 + [0, BLOCK)`` past each request's ``lo``, where ``j <
+    width_q``: ``table[cell_at + j] = int32(out_cache_loc[token_at + j])`` (element offsets, ``[GROUP, BLOCK]``)."""
+    j = c0 + tl.arange(0, BLOCK)[None, :]
+    m = j < width_q
+    ids = tl.load(loc_ptr + (token_at + j) * loc_stride, mask=m)
+    tl.store(table_ptr + cell_at + j * stride_col, ids.to(tl.int32), mask=m)
 
 
 def launch(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size: int):
@@ -169,5 +188,5 @@ def launch(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_l
         batch_size, out_cache_loc.shape[0], n_rows, width,
         req_pool_indices.stride(0), start_offset.stride(0), end_offset.stride(0), out_cache_loc.stride(0),
         stride_row, stride_col,
-        GROUP=GROUP, PREFIX=PREFIX, BLOCK=BLOCK,
+        GROUP=GROUP, PREFIX=PREFIX, BLOCK=BLOCK, SMALL=SMALL,
     )

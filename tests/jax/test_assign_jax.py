@@ -18,7 +18,7 @@ from kv_canary_jax.conformance import runners  # noqa: E402
 from shared_spec import assignment, errors  # noqa: E402
 from shared_spec.cases import ASSIGN, load_cases  # noqa: E402
 from shared_spec.conformance import check_case  # noqa: E402
-from tests.assign_support import EXTREME_WINDOWS, anything, assignments  # noqa: E402
+from tests.assign_support import EXTREME_WINDOWS, INT64_MAX, INT64_MIN, anything, assignments  # noqa: E402
 from tests.contract import assert_same_pool  # noqa: E402
 from tests.profiles import property_settings  # noqa: E402
 from tests.strategies import sentinel_pool  # noqa: E402
@@ -81,6 +81,40 @@ def test_both_running_sums_are_the_specs_offsets(prefix):
         start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
         expected, _ = assignment.windows(start, end, len(start), 7)
         np.testing.assert_array_equal(np.asarray(formulation(assignment.lengths(jnp.asarray(start), jnp.asarray(end), 7, jnp))), expected)
+
+
+@pytest.mark.skipif(implementations.unavailable_reason("mosaic", "cpu", True) is not None, reason="no Mosaic GPU here")
+def test_mosaic_gpu_kernels_own_running_sum():
+    """Batches of at most SCALAR_SUM_MAX requests, where Mosaic GPU runs, take its kernel's own running sum: int32
+    and int64 indices, malformed windows and int64 extremes, at the boundary and one past it (the windowed
+    scatter's path)."""
+    from kv_canary_jax import assign
+
+    @property_settings(4)
+    @given(batch=assignments(max_rows=assign.SCALAR_SUM_MAX, max_bs=assign.SCALAR_SUM_MAX))
+    def check(batch):
+        assert_same_pool(run(batch, "mosaic", True), assignment.assignment_reference(*batch))
+
+    check()
+    rng = np.random.default_rng(0)
+    for bs in (assign.SCALAR_SUM_MAX, assign.SCALAR_SUM_MAX + 1):
+        start = rng.integers(-3, 9, bs)
+        start[0], start[-1] = INT64_MIN, 2
+        end = start + rng.integers(-2, 6, bs)
+        end[0] = INT64_MAX
+        batch = (rng.integers(-1, bs + 1, bs), sentinel_pool(bs, 9), start, end, np.arange(3, 40), bs)
+        assert_same_pool(run(batch, "mosaic", True), assignment.assignment_reference(*batch))
+
+
+@pytest.mark.parametrize("implementation,interpret,examples", WAYS, ids=IDS)
+def test_vmap_maps_each_example(implementation, interpret, examples):
+    rows, start, end = jnp.array([[1, 0], [0, 1]]), jnp.array([[0, 2], [1, INT64_MIN]]), jnp.array([[2, 3], [3, 1]])
+    loc, tables = jnp.arange(6).reshape(2, 3), jnp.asarray(np.stack([sentinel_pool(2, 4)] * 2))
+    got = jax.vmap(functools.partial(assign_req_to_token_pool, implementation=implementation, interpret=interpret))(
+        rows, tables, start, end, loc)
+    for k in range(2):
+        expected = assignment.assignment_reference(*(np.asarray(x[k]) for x in (rows, tables, start, end, loc)))
+        assert_same_pool(np.asarray(got[k]), expected)
 
 
 def test_eager_and_default_batch_size():

@@ -79,10 +79,12 @@ def test_int64_extremes(backend, start, end, dtype):
 
 
 def test_prefix_sum_across_many_groups():
-    """bs past PREFIX (1024 lengths a prefix iteration): the running sum of earlier groups in several blocks."""
+    """bs past PREFIX (1024 lengths a prefix iteration): the running sum of earlier groups in one SMALL-wide block
+    (the groups among the first SMALL requests), in one PREFIX-wide block, and in two."""
     from kv_canary_torch import assign_kernel
 
     bs = assign_kernel.PREFIX + 3 * assign_kernel.GROUP + 5
+    assert assign_kernel.GROUP < assign_kernel.SMALL < assign_kernel.PREFIX
     rng = np.random.default_rng(0)
     lengths = rng.integers(-1, 3, bs)
     start = rng.integers(0, 4, bs)
