@@ -48,9 +48,9 @@ Kernels: ``torch/triton`` (the torch launcher, ``backend="triton"``), ``torch/as
 (``assign_req_to_token_pool_func`` with ``backend="triton"`` on each launch's requests as an assignment,
 ``assignment_of``: negative lengths, int64 extremes, rows outside the table, windows past the width; its table compared
 with the windowed scatter the spec makes of it, ``assignment_scatter``),
-``jax/pallas`` and ``jax/mosaic`` (``scatter_req_token_ids``), ``jax/assign`` (``kv_canary_jax.assign_req_to_token_pool``,
-its default implementation, on the first ``JAX_ASSIGN_BATCH`` requests of each launch's assignment: where Mosaic GPU
-runs, its kernel's own running sum); on a machine
+``jax/pallas`` and ``jax/mosaic`` (``scatter_req_token_ids``), ``jax/assign`` and ``jax/assign-16``
+(``kv_canary_jax.assign_req_to_token_pool``, its default implementation, on each launch's assignment, whole or its first
+16 requests: where Mosaic GPU runs, its kernel's own running sum in vectors and in scalars); on a machine
 without a CUDA GPU, ``torch/triton`` runs in Triton's interpreter, the JAX
 kernels with ``interpret=True``, and ``torch/torch`` and ``jax/xla`` can be
 added. It prints ``cases run, mismatches, kernels`` and exits 1 on any
@@ -78,11 +78,12 @@ from shared_spec import assignment  # noqa: E402
 from shared_spec.reference import scatter_reference, windowed_columns  # noqa: E402
 
 INT64_MIN, INT64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
-GPU_KERNELS = ("torch/triton", "torch/assign", "jax/pallas", "jax/mosaic", "jax/assign")
-CPU_KERNELS = ("torch/triton", "torch/assign", "torch/torch", "jax/xla", "jax/pallas", "jax/mosaic", "jax/assign")
-# The requests of a launch's assignment that jax/assign writes: the batches that take the Mosaic GPU kernel's own
-# running sum (kv_canary_jax.assign.SCALAR_SUM_MAX).
-JAX_ASSIGN_BATCH = 16
+GPU_KERNELS = ("torch/triton", "torch/assign", "jax/pallas", "jax/mosaic", "jax/assign", "jax/assign-16")
+CPU_KERNELS = ("torch/triton", "torch/assign", "torch/torch", "jax/xla", "jax/pallas", "jax/mosaic", "jax/assign",
+               "jax/assign-16")
+# The requests of a launch's assignment each assignment kernel writes (None: all): a launch's 128 take the Mosaic GPU
+# kernel's running sum in vectors, its first 16 in scalars (kv_canary_jax.pallas_mosaic_gpu.takes_assignment).
+ASSIGN_BATCHES = {"torch/assign": None, "jax/assign": None, "jax/assign-16": 16}
 # (rows R, columns C, tokens N): one column; many rows, a launch of 64 cases (128
 # requests with the bridges) spanning more than launch.plan.SMALL_CELLS cells, so
 # that it takes the lanes kernel's LARGE shape; windows of more than 32 of its
@@ -350,16 +351,16 @@ def run_jax(implementation: str, launch) -> tuple[np.ndarray, int]:
     return np.asarray(out), 0
 
 
-def run_jax_assign(launch) -> tuple[np.ndarray, int]:
-    """(table after ``kv_canary_jax.assign_req_to_token_pool`` on the first ``JAX_ASSIGN_BATCH`` requests of the
-    launch's ``assignment_of``, 0)."""
+def run_jax_assign(launch, batch_size=None) -> tuple[np.ndarray, int]:
+    """(table after ``kv_canary_jax.assign_req_to_token_pool`` on the first ``batch_size`` requests (None: all) of
+    the launch's ``assignment_of``, 0)."""
     import jax
 
     from kv_canary_jax import assign_req_to_token_pool
 
     device = jax.devices("gpu")[0] if GPU else jax.devices("cpu")[0]
     rows, start, end, loc = (jax.device_put(a, device) for a in assignment_of(launch))
-    bs = min(JAX_ASSIGN_BATCH, rows.shape[0])
+    bs = rows.shape[0] if batch_size is None else min(batch_size, rows.shape[0])
     table = jax.device_put(launch[3], device)
     implementation = None if GPU else "mosaic"  # interpreted off a GPU
     return np.asarray(assign_req_to_token_pool(rows, table, start, end, loc, batch_size=bs,
@@ -448,8 +449,8 @@ def runner(kernel: str):
     frontend, name = kernel.split("/")
     if kernel == "torch/assign":
         return run_assign
-    if kernel == "jax/assign":
-        return run_jax_assign
+    if kernel in ASSIGN_BATCHES:
+        return lambda launch: run_jax_assign(launch, ASSIGN_BATCHES[kernel])
     if frontend == "torch":
         return lambda launch: run_torch(name, launch)
     return lambda launch: run_jax(name, launch)
@@ -472,7 +473,7 @@ def unavailable(kernel: str) -> str | None:
         return None
     from kv_canary_jax import implementations, platforms
 
-    if kernel == "jax/assign":  # its default implementation on a GPU, the Mosaic GPU kernel interpreted off one
+    if kernel in ("jax/assign", "jax/assign-16"):  # the default implementation on a GPU, Mosaic GPU interpreted off one
         return None if GPU else implementations.unavailable_reason("mosaic", platforms.CPU, True)
     return implementations.unavailable_reason(name, platforms.CUDA if GPU else platforms.CPU, not GPU)
 
@@ -504,9 +505,8 @@ def main(argv=None) -> int:
             n_cases = (launch[2].shape[0]) // 2
             try:
                 got, guards = run(launch)
-                if kernel in ("torch/assign", "jax/assign"):
-                    batch = JAX_ASSIGN_BATCH if kernel == "jax/assign" else None
-                    flat_in, offsets, rows, start_cols = assignment_scatter(launch, batch)
+                if kernel in ASSIGN_BATCHES:
+                    flat_in, offsets, rows, start_cols = assignment_scatter(launch, ASSIGN_BATCHES[kernel])
                     wrong = mismatches(flat_in, offsets, rows, launch[3], got, start_cols) + guards
                 else:
                     wrong = mismatches(*launch[:4], got, launch[5]) + guards

@@ -21,6 +21,14 @@ given. Under ``jax.jit(..., donate_argnums=1)`` the table's buffer is reused (in
 checks run first (at trace time under ``jit``), with the assignment's messages; an error of the scatter call is
 retitled the same way.
 
+Where the Mosaic GPU kernel runs (the default on Hopper GPUs, or ``implementation="mosaic"``), a batch that
+``pallas_mosaic_gpu.takes_assignment`` accepts takes that kernel alone, with the running sum in it
+(``pallas_mosaic_gpu.assign``): one
+kernel where the running sum and the scatter are two (in a jitted step on the H200, decode 1 2.08 us against
+2.98-3.07, decode 256 3.00 against 5.06, decode 1024 4.71 against 6.49; docs/performance-notes.md, "The JAX
+assignment"). Other batches, and every other implementation, take the running sum below and the scatter; a row-sharded
+table takes the scatter's sharded path.
+
 The running sum on a GPU, for batches of at most ``MASKED_PREFIX_MAX`` requests, is one masked reduction (offset ``i``
 is the sum of the lengths ``j < i``: ``(bs + 1) x bs`` cells, one XLA fusion with the lengths' own math) rather than
 ``jnp.cumsum`` (XLA's cumulative sum and the concatenation of the leading 0: two or three kernels): the whole
@@ -43,9 +51,6 @@ from shared_spec import assignment, errors
 
 # Batches up to this many requests take the masked running sum on a GPU (module docstring): 1M cells at most.
 MASKED_PREFIX_MAX = 1024
-# Batches up to this many requests, where the Mosaic GPU kernel runs, take its own running sum
-# (pallas_mosaic_gpu.assign: two scalar loads per earlier request in each program; module docstring).
-SCALAR_SUM_MAX = 16
 
 
 def assign_req_to_token_pool(
@@ -80,13 +85,16 @@ def _write(rows, table, start, end, loc, implementation, interpret: bool):
                                   implementation=implementation, interpret=interpret)
 
     args = (rows, table, start, end, loc)
-    if bs > SCALAR_SUM_MAX or sharded.row_layout(table) is not None:
+    if sharded.row_layout(table) is not None:
         return by_offsets(*args)
     _, platform = placement((loc, None, rows, table, start, end))
     choice = implementations.choice(implementation, platform, interpret)
     if all(name != implementations.MOSAIC for _, name in choice):
         return by_offsets(*args)
     from kv_canary_jax import pallas_mosaic_gpu  # imported once chosen (it may not import: implementations)
+
+    if not pallas_mosaic_gpu.takes_assignment(bs):
+        return by_offsets(*args)
 
     def kernel(*args):
         return pallas_mosaic_gpu.assign(*args, interpret=interpret)

@@ -15,6 +15,10 @@ nothing can be written and the pool is returned without a kernel.
 ``interpret=True`` runs the same kernel body in the Pallas interpreter
 (``pallas_call(..., interpret=True)``, what ``plgpu.kernel(...,
 interpret=True)`` would run), on any platform: for tests (see "Launch" below).
+``assign(req_pool_indices, req_to_token, start_offset, end_offset,
+out_cache_loc, *, interpret)`` is ``shared_spec.assignment`` on the same
+kernel and grid, each program computing its request's offsets itself (its
+docstring).
 
 No masks. Mosaic GPU has no masked loads or stores: a register array belongs to
 a whole warpgroup (128 threads), a store writes every element of it, so the
@@ -484,20 +488,39 @@ def scatter(
     return batching.per_example(call)(flat_in, offsets, req_pool_indices, pool_out, *window)
 
 
+
+# The assignment (``assign``) sums the lengths before a request in each program: as scalars in batches of at most
+# SCALAR_SUM_MAX requests (two loads for each request before it), as vectors of VEC requests in batches of VEC to
+# VECTOR_SUM_MAX (each program loads the lengths before it: O(bs**2) loads in all, 16 MB at 1024 requests). Mosaic
+# GPU has no masked vector load, so the batches between the two have no vector form; those and larger ones take their
+# running sum from XLA (kv_canary_jax.assign). Measured to VECTOR_SUM_MAX (H200, 2026-12-02, the op's kernels in a
+# jitted step, vectors / XLA's sum and the scatter): decode 128 2.71 / 3.56 us, 256 3.00 / 5.06, 512 3.43 / 6.52,
+# 1024 4.71 / 6.49, extend 256 x 1-511 5.97 / 7.06 (docs/performance-notes.md, "The JAX assignment").
+SCALAR_SUM_MAX = 16
+VECTOR_SUM_MAX = 1024
+
+
+def takes_assignment(bs: int) -> bool:
+    """Whether ``assign`` computes the running sum of a batch of ``bs`` requests (see ``SCALAR_SUM_MAX``)."""
+    return bs <= SCALAR_SUM_MAX or VEC <= bs <= VECTOR_SUM_MAX
+
+
 def assign(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, *, interpret: bool = False):
     """``shared_spec.assignment``'s table, the running sum in the kernel: request ``r`` is the windowed scatter's,
     with ``offsets[r] = pt_r`` (the sum of the spec's ``lengths`` before it), ``offsets[r + 1] = pt_r +
     lengths[r]`` and ``start_cols[r] = start_offset[r]``, on the scatter's kernel and grid.
 
     Takes ``bs``-long int32 or int64 ``req_pool_indices``, ``start_offset``, ``end_offset`` (cut to the batch), int32
-    or int64 ``out_cache_loc`` and the int32 table, checked. The table is written in place (aliased), as the
-    scatter's pool is, and ``jax.vmap`` maps it per example, as the scatter (``batching.per_example``). Each program sums ``pt_r`` from scalars, two loads for each of the ``bs - 1`` requests that
-    can come before one (unrolled, none waiting on ``r``, so all in flight together): for small batches
-    (``kv_canary_jax.assign.SCALAR_SUM_MAX``). Mosaic GPU has no masked vector load, so a vector form would need
-    batches of at least ``VEC`` requests, and over a grid of a program per request it would load ``O(bs**2)``
-    lengths.
+    or int64 ``out_cache_loc`` and the int32 table, checked, for a batch ``takes_assignment`` accepts. The table is
+    written in place (aliased), as the scatter's pool is, and ``jax.vmap`` maps it per example, as the scatter
+    (``batching.per_example``). Each program sums ``pt_r`` from scalars, two loads for each of the ``bs - 1``
+    requests that can come before one, or from ``cdiv(bs, VEC)`` vectors of ``VEC`` requests' lengths (vector ``k``
+    loaded from ``min(k * VEC, bs - VEC)``, inside the batch; a lane counts where its request lies in ``[k * VEC, (k
+    + 1) * VEC)`` and before ``r``) and one reduction. No load of the sum waits on another: all are in flight together.
     """
     (n_tokens,), (bs,), (n_rows, width) = out_cache_loc.shape, req_pool_indices.shape, req_to_token.shape
+    if not takes_assignment(bs):
+        raise ValueError(f"the kernel does not sum {bs} requests' lengths (takes_assignment)")
     if min(bs, n_tokens, n_rows, width) == 0:
         return req_to_token
     tile, lanes = launch_shape(bs, width, n_tokens)
@@ -505,6 +528,7 @@ def assign(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_l
         _kernel, n_tokens=n_tokens, n_rows=n_rows, width=width, tile=tile, lanes=lanes,
         vectors=vector_sizes(tile), interpret=interpret,
     )
+    pin = not interpret and layout_pinnable()
 
     def bind(refs):
         loc_ref, rows_ref, start_ref, end_ref = refs
@@ -513,9 +537,12 @@ def assign(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_l
             return assignment.lengths(start_ref[j].astype(jnp.int64), end_ref[j].astype(jnp.int64), n_tokens, jnp)
 
         def request(r):
-            before = jnp.int64(0)
-            for j in range(bs - 1):  # no load waits on r
-                before = before + jnp.where(j < r, length(j), 0)
+            if bs >= VEC:
+                before = _vector_sum(start_ref, end_ref, r, bs, n_tokens, pin)
+            else:
+                before = jnp.int64(0)
+                for j in range(bs - 1):
+                    before = before + jnp.where(j < r, length(j), 0)
             return before, before + length(r), start_ref[r].astype(jnp.int64)
 
         return loc_ref, request, rows_ref
@@ -524,3 +551,34 @@ def assign(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_l
         return _launch(inputs[:-1], inputs[-1], bind, kernel, (lanes, bs), interpret)
 
     return batching.per_example(call)(out_cache_loc, req_pool_indices, start_offset, end_offset, req_to_token)
+
+
+def _vector_sum(start_ref, end_ref, r, bs: int, n_tokens: int, pin: bool):
+    """The sum of the spec's lengths of the requests before ``r`` from vectors of ``VEC`` (``assign``, ``bs >=
+    VEC``). ``pin`` (compiled): the layouts stated, one element per thread, and the sum read back from shared memory
+    as a scalar (the reduction gives a register array of shape ``()``, which the window's ``lax.cond`` does not take
+    beside scalars)."""
+
+    def strided(values):
+        return plgpu.layout_cast(values, plgpu.Layout.WG_STRIDED((VEC,), vec_size=1)) if pin else values
+
+    lane = strided(lax.broadcasted_iota(jnp.int32, (VEC,), 0))
+    total = None
+    for k in range(pl.cdiv(bs, VEC)):
+        at = min(k * VEC, bs - VEC)
+        request = lane + at
+        counted = (request >= k * VEC) & (request < r)
+        start = strided(start_ref[pl.ds(at, VEC)]).astype(jnp.int64)
+        end = strided(end_ref[pl.ds(at, VEC)]).astype(jnp.int64)
+        part = jnp.where(counted, assignment.lengths(start, end, n_tokens, jnp), 0)
+        total = part if total is None else total + part
+    before = jnp.sum(total)
+    if not pin:
+        return before
+
+    def scalar(cell):
+        cell[0] = before
+        plgpu.commit_smem()  # a warpgroup barrier: the cell is written before any thread reads it
+        return cell[0]
+
+    return pl.run_scoped(scalar, plgpu.SMEM((1,), jnp.int64))

@@ -51,6 +51,7 @@ GROUP = ASSIGN_GROUP  # requests a program (the grid's rule, with the programs p
 PREFIX = 1024  # lengths a prefix-loop iteration sums
 SMALL = 256  # lengths the one block of a group among the first SMALL requests sums
 BLOCK = 32  # columns of a request a chunk writes
+CONSTEXPRS = {"GROUP": GROUP, "PREFIX": PREFIX, "SMALL": SMALL, "BLOCK": BLOCK}  # what every launch compiles in
 
 
 @triton.jit
@@ -188,5 +189,5 @@ def launch(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_l
         batch_size, out_cache_loc.shape[0], n_rows, width,
         req_pool_indices.stride(0), start_offset.stride(0), end_offset.stride(0), out_cache_loc.stride(0),
         stride_row, stride_col,
-        GROUP=GROUP, PREFIX=PREFIX, BLOCK=BLOCK, SMALL=SMALL,
+        **CONSTEXPRS,
     )

@@ -105,7 +105,7 @@ def test_the_launches_as_assignments_hold_every_kind_of_malformed_value_and_read
             assignment.assignment_reference(rows, pool, start, end, loc, rows.shape[0]),
             mc.scatter_reference(flat_in, offsets, scatter_rows, pool, start_cols))
         assert (np.diff(offsets) >= 0).all()
-        bs = min(mc.JAX_ASSIGN_BATCH, rows.shape[0])  # jax/assign's batch: the first requests
+        bs = min(mc.ASSIGN_BATCHES["jax/assign-16"], rows.shape[0])  # jax/assign-16: the first requests
         batch_in, batch_offsets, batch_rows, batch_cols = mc.assignment_scatter(launch, bs)
         np.testing.assert_array_equal(assignment.assignment_reference(rows, pool, start, end, loc, bs),
                                       mc.scatter_reference(batch_in, batch_offsets, batch_rows, pool, batch_cols))

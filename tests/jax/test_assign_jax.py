@@ -83,26 +83,32 @@ def test_both_running_sums_are_the_specs_offsets(prefix):
         np.testing.assert_array_equal(np.asarray(formulation(assignment.lengths(jnp.asarray(start), jnp.asarray(end), 7, jnp))), expected)
 
 
+def batch_of(bs, rng, width=9):
+    """``bs`` requests, half malformed (int64 extremes, negative and past-the-width windows, rows outside)."""
+    start = rng.integers(-3, width, bs)
+    start[0], start[-1] = INT64_MIN, 2
+    end = start + rng.integers(-2, 6, bs)
+    end[0] = INT64_MAX
+    return rng.integers(-1, bs + 1, bs), sentinel_pool(bs, width), start, end, np.arange(3, 4 * bs), bs
+
+
 @pytest.mark.skipif(implementations.unavailable_reason("mosaic", "cpu", True) is not None, reason="no Mosaic GPU here")
 def test_mosaic_gpu_kernels_own_running_sum():
-    """Batches of at most SCALAR_SUM_MAX requests, where Mosaic GPU runs, take its kernel's own running sum: int32
-    and int64 indices, malformed windows and int64 extremes, at the boundary and one past it (the windowed
-    scatter's path)."""
-    from kv_canary_jax import assign
+    """Batches the Mosaic GPU kernel sums itself (pallas_mosaic_gpu.takes_assignment: scalars up to SCALAR_SUM_MAX
+    requests, vectors of VEC from VEC) and those next to them (the running sum from XLA), in the interpreter: int32
+    and int64 indices, malformed windows, int64 extremes."""
+    pm = pytest.importorskip("kv_canary_jax.pallas_mosaic_gpu")
 
     @property_settings(4)
-    @given(batch=assignments(max_rows=assign.SCALAR_SUM_MAX, max_bs=assign.SCALAR_SUM_MAX))
+    @given(batch=assignments(max_rows=pm.SCALAR_SUM_MAX, max_bs=pm.SCALAR_SUM_MAX))
     def check(batch):
         assert_same_pool(run(batch, "mosaic", True), assignment.assignment_reference(*batch))
 
     check()
     rng = np.random.default_rng(0)
-    for bs in (assign.SCALAR_SUM_MAX, assign.SCALAR_SUM_MAX + 1):
-        start = rng.integers(-3, 9, bs)
-        start[0], start[-1] = INT64_MIN, 2
-        end = start + rng.integers(-2, 6, bs)
-        end[0] = INT64_MAX
-        batch = (rng.integers(-1, bs + 1, bs), sentinel_pool(bs, 9), start, end, np.arange(3, 40), bs)
+    for bs in (pm.SCALAR_SUM_MAX, pm.SCALAR_SUM_MAX + 1, pm.VEC, pm.VEC + 3):
+        assert pm.takes_assignment(bs) == (bs != pm.SCALAR_SUM_MAX + 1)
+        batch = batch_of(bs, rng)
         assert_same_pool(run(batch, "mosaic", True), assignment.assignment_reference(*batch))
 
 
@@ -163,6 +169,17 @@ def test_conformance_cases(runner):
     results = [check_case(runner, case) for case in load_cases(op=ASSIGN)]
     assert [r for r in results if r.status == "fail"] == []
     assert sum(r.status == "pass" for r in results) >= 30
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not any(d.platform == "gpu" for d in jax.devices()), reason="needs a JAX GPU")
+@pytest.mark.parametrize("bs", [1, 16, 17, 127, 128, 131, 300, 1024, 1025])
+def test_gpu_default_implementation_on_batches_either_side_of_each_running_sum(bs):
+    """The default compiled for the GPU on batches that take each form of the running sum, or the one next to it."""
+    batch = batch_of(bs, np.random.default_rng(bs), width=40)
+    assert_same_pool(run(batch, None, False), assignment.assignment_reference(*batch))
+    int32 = tuple(np.clip(x, -2**31, 2**31 - 1).astype(np.int32) if k in (0, 2, 3, 4) else x for k, x in enumerate(batch))
+    assert_same_pool(run(int32, None, False), assignment.assignment_reference(*int32))
 
 
 @pytest.mark.gpu

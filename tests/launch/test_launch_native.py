@@ -148,7 +148,7 @@ for bs, width, n_tokens, flat_stride, kind in ((1024, 4097, 1024 * 4096, 1, laun
     assert f".reqntid {32 * plan.warps}" in compiled.asm["ptx"]  # the threads the launcher gives it
 from kv_canary_torch import assign_kernel as a
 assign_pointers = ("rows_ptr", "table_ptr", "start_ptr", "end_ptr", "loc_ptr")
-assign_constexprs = dict(GROUP=a.GROUP, PREFIX=a.PREFIX, BLOCK=a.BLOCK)
+assign_constexprs = a.CONSTEXPRS
 ints = [n for n in a.assign_kernel.arg_names if n not in assign_pointers and n not in assign_constexprs]
 assert ints == ["bs", "n_tokens", "n_rows", "width", "rows_stride", "start_stride", "end_stride", "loc_stride",
                 "stride_row", "stride_col"]  # the order native.cpp's assign_plan passes them in
