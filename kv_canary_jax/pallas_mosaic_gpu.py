@@ -493,9 +493,10 @@ def scatter(
 # SCALAR_SUM_MAX requests (two loads for each request before it), as vectors of VEC requests in batches of VEC to
 # VECTOR_SUM_MAX (each program loads the lengths before it: O(bs**2) loads in all, 16 MB at 1024 requests). Mosaic
 # GPU has no masked vector load, so the batches between the two have no vector form; those and larger ones take their
-# running sum from XLA (kv_canary_jax.assign). Measured to VECTOR_SUM_MAX (H200, 2026-12-02, the op's kernels in a
-# jitted step, vectors / XLA's sum and the scatter): decode 128 2.71 / 3.56 us, 256 3.00 / 5.06, 512 3.43 / 6.52,
-# 1024 4.71 / 6.49, extend 256 x 1-511 5.97 / 7.06 (docs/performance-notes.md, "The JAX assignment").
+# running sum from XLA (kv_canary_jax.assign). Measured to VECTOR_SUM_MAX (H200, 2026-12-02, 957fced with the bound a
+# switch; the op's kernels in a jitted step, vectors / XLA's sum and the scatter): decode 128 2.71 / 3.56 us, 256 3.00 /
+# 5.06, 512 3.43 / 6.52, 1024 4.71 / 6.49, extend 256 x 1-511 5.97 / 7.06 (docs/performance-notes.md, "The JAX
+# assignment").
 SCALAR_SUM_MAX = 16
 VECTOR_SUM_MAX = 1024
 

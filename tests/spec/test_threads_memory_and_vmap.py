@@ -94,7 +94,7 @@ def test_the_torch_backend_in_small_chunks_writes_the_reference_pool(monkeypatch
     check()
 
 
-# The hostile batch of the issue, scaled down: offsets [0, N, 0, N, ...] with every request on
+# A hostile batch for memory, scaled down: offsets [0, N, 0, N, ...] with every request on
 # row 0 of a one-row pool. bs * N / 2 cells are written into N cells; unchunked, the torch
 # backend's ~55 bytes a written cell came to 260 MB here (8.2 GB at bs = 50000, N = 20000).
 _HOSTILE_MEMORY = textwrap.dedent(
