@@ -34,7 +34,6 @@ run() {
     kernels) step "${2:-240}" python3 benchmarks/jax_kernel_times.py ;;
     # The JAX windowed kernels (start_cols 0 and append) over the unwindowed ones, kernel durations from a trace.
     windowed) step "${2:-400}" python3 benchmarks/jax_windowed_kernel_times.py ;;
-    # Candidate formulations of the windowed window (JAX kernels, torch Triton) beside the current one, one table.
     # The torch incremental step: its host time by part, then the serving-step figures.
     incremental) step 120 python3 benchmarks/incremental_parts.py
       step "${2:-300}" python3 -m kv_canary.cli bench --incremental --json ;;
