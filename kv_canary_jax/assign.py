@@ -23,11 +23,10 @@ retitled the same way.
 
 Where the Mosaic GPU kernel runs (the default on Hopper GPUs, or ``implementation="mosaic"``), a batch that
 ``pallas_mosaic_gpu.takes_assignment`` accepts takes that kernel alone, with the running sum in it
-(``pallas_mosaic_gpu.assign``): one
-kernel where the running sum and the scatter are two (in a jitted step on the H200, decode 1 2.08 us against
-2.98-3.07, decode 256 3.00 against 5.06, decode 1024 4.71 against 6.49; docs/performance-notes.md, "The JAX
-assignment"). Other batches, and every other implementation, take the running sum below and the scatter; a row-sharded
-table takes the scatter's sharded path.
+(``pallas_mosaic_gpu.assign``): one kernel where the running sum and the scatter are two (in a jitted step on the
+H200, decode 1 2.08 us against 2.98-3.07, decode 256 3.00 against 5.06, decode 1024 4.71 against 6.49;
+docs/performance-notes.md, "The JAX assignment"). Other batches, and every other implementation, take the running sum
+below and the scatter; a row-sharded table takes the scatter's sharded path.
 
 The running sum on a GPU, for batches of at most ``MASKED_PREFIX_MAX`` requests, is one masked reduction (offset ``i``
 is the sum of the lengths ``j < i``: ``(bs + 1) x bs`` cells, one XLA fusion with the lengths' own math) rather than
