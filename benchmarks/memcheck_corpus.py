@@ -473,7 +473,7 @@ def unavailable(kernel: str) -> str | None:
         return None
     from kv_canary_jax import implementations, platforms
 
-    if kernel in ("jax/assign", "jax/assign-16"):  # the default implementation on a GPU, Mosaic GPU interpreted off one
+    if kernel in ASSIGN_BATCHES:  # the default implementation on a GPU, Mosaic GPU interpreted off one
         return None if GPU else implementations.unavailable_reason("mosaic", platforms.CPU, True)
     return implementations.unavailable_reason(name, platforms.CUDA if GPU else platforms.CPU, not GPU)
 

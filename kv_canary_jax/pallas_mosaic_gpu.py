@@ -397,12 +397,6 @@ def _call(flat_in, offsets, req_pool_indices, pool_out, *start_cols, interpret: 
 
     ``start_cols``: ``()``, or the one array of a windowed call, an operand after the three vectors.
     """
-    (n_tokens,), (bs,), (n_rows, width) = flat_in.shape, req_pool_indices.shape, pool_out.shape
-    tile, lanes = launch_shape(bs, width, n_tokens, block)
-    kernel = functools.partial(
-        _kernel, n_tokens=n_tokens, n_rows=n_rows, width=width, tile=tile, lanes=lanes,
-        vectors=vector_sizes(tile), interpret=interpret,
-    )
     windowed = bool(start_cols)
 
     def bind(refs):
@@ -415,13 +409,22 @@ def _call(flat_in, offsets, req_pool_indices, pool_out, *start_cols, interpret: 
 
         return flat_ref, request, rows_ref
 
-    return _launch((flat_in, offsets, req_pool_indices, *start_cols), pool_out, bind, kernel, (lanes, bs), interpret)
+    inputs = (flat_in, offsets, req_pool_indices, *start_cols)
+    return _launch(inputs, pool_out, bind, flat_in.shape[0], req_pool_indices.shape[0], interpret, block)
 
 
-def _launch(inputs, pool_out, bind, kernel, grid, interpret: bool):
-    """``kernel`` over ``grid`` with ``pool_out`` written in place: ``pl.kernel`` compiled, ``pl.pallas_call``
-    interpreted (see "Launch" in the module docstring). ``bind(refs)``: the kernel's ``(flat_ref, request,
-    rows_ref)`` from the refs of ``inputs``."""
+def _launch(inputs, pool_out, bind, n_tokens: int, bs: int, interpret: bool, block: int | None = None):
+    """``_kernel`` over the ``(lanes, bs)`` grid of ``launch_shape`` with ``pool_out`` written in place:
+    ``pl.kernel`` compiled, ``pl.pallas_call`` interpreted (see "Launch" in the module docstring). ``bind(refs)``:
+    the kernel's ``(flat_ref, request, rows_ref)`` from the refs of ``inputs``; ``n_tokens`` the length of the
+    tokens' array."""
+    n_rows, width = pool_out.shape
+    tile, lanes = launch_shape(bs, width, n_tokens, block)
+    kernel = functools.partial(
+        _kernel, n_tokens=n_tokens, n_rows=n_rows, width=width, tile=tile, lanes=lanes,
+        vectors=vector_sizes(tile), interpret=interpret,
+    )
+    grid = (lanes, bs)
 
     def staged(lane, r, *refs):
         """The kernel with its short-window stage in ``run_scoped`` shared memory (see the module docstring).
@@ -488,7 +491,6 @@ def scatter(
     return batching.per_example(call)(flat_in, offsets, req_pool_indices, pool_out, *window)
 
 
-
 # The assignment (``assign``) sums the lengths before a request in each program: as scalars in batches of at most
 # SCALAR_SUM_MAX requests (two loads for each request before it), as vectors of VEC requests in batches of VEC to
 # VECTOR_SUM_MAX (each program loads the lengths before it: O(bs**2) loads in all, 16 MB at 1024 requests). Mosaic
@@ -524,11 +526,6 @@ def assign(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_l
         raise ValueError(f"the kernel does not sum {bs} requests' lengths (takes_assignment)")
     if min(bs, n_tokens, n_rows, width) == 0:
         return req_to_token
-    tile, lanes = launch_shape(bs, width, n_tokens)
-    kernel = functools.partial(
-        _kernel, n_tokens=n_tokens, n_rows=n_rows, width=width, tile=tile, lanes=lanes,
-        vectors=vector_sizes(tile), interpret=interpret,
-    )
     pin = not interpret and layout_pinnable()
 
     def bind(refs):
@@ -549,7 +546,7 @@ def assign(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_l
         return loc_ref, request, rows_ref
 
     def call(*inputs):
-        return _launch(inputs[:-1], inputs[-1], bind, kernel, (lanes, bs), interpret)
+        return _launch(inputs[:-1], inputs[-1], bind, n_tokens, bs, interpret)
 
     return batching.per_example(call)(out_cache_loc, req_pool_indices, start_offset, end_offset, req_to_token)
 
