@@ -10,12 +10,30 @@ outside the table, too few slots, int64 extremes, ``batch_size`` below the lengt
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import strategies as st
 
 from shared_spec.build_cases import sentinel_pool
+from shared_spec.cases import ASSIGN, load_cases
+from tests.contract import INTERPRETED_CASE_EVERY, sampled_cases
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INDEX_DTYPES = ("int32", "int64")
+
+
+def conformance_sweeps(names, interpreted) -> list:
+    """``(name, cases)`` parameters of a backend's assignment conformance test: every case where the backend
+    compiles once; where it is ``interpreted`` (a compile per case), ``tests.contract.sampled_cases`` by default
+    and every case under ``-m slow``."""
+    cases = load_cases(op=ASSIGN)
+    params = []
+    for name in names:
+        if name in interpreted:
+            params.append(pytest.param(name, sampled_cases(cases, INTERPRETED_CASE_EVERY), id=f"{name}-sampled"))
+            params.append(pytest.param(name, cases, id=f"{name}-every-case", marks=pytest.mark.slow))
+        else:
+            params.append(pytest.param(name, cases, id=name))
+    return params
 
 
 def literal_assignment(rows, table, start, end, out_cache_loc, batch_size=None) -> np.ndarray:

@@ -103,7 +103,11 @@ except ImportError:  # the JAX tests skip themselves
 import pytest  # noqa: E402
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by -m
 def pytest_collection_modifyitems(config, items):
+    from tests.contract import mark_unsampled_cases_slow
+
+    mark_unsampled_cases_slow(items)
     if cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

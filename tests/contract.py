@@ -5,6 +5,11 @@ A backend's test file defines a subclass with ``make_runner()`` returning its
 property's example count in the default Hypothesis profile (``tests.profiles``
 scales it: sized to what one example costs on that backend). The runner is
 made once per class. Nothing here knows a framework.
+
+The conformance cases are a sweep: a class whose kernel runs interpreted (a compile per case) sets ``case_every``,
+and the default run then takes ``sampled_cases``: every error case (refused before any kernel runs) and every
+``case_every``-th value case, the others marked ``slow`` (``mark_unsampled_cases_slow``, called by tests/conftest.py
+before ``-m`` deselects). ``-m slow`` runs the rest; ``kv-canary check`` (CI) runs every case on every backend.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from tests.profiles import property_settings
 from tests.strategies import batches, large_batch, windowed_batches
 
 CASES = load_cases()
+CASE_NAMES = [c.name for c in CASES]
+# The conformance cases of an interpreted kernel's default run: every INTERPRETED_CASE_EVERY-th value case.
+INTERPRETED_CASE_EVERY = 3
 # The conformance cases that are plain calls (no error, the pool as given), as numpy
 # (flat_in, offsets, req_pool_indices, pool_out): int64 extremes of rows and offsets,
 # overflowing differences, wrapping values.
@@ -47,9 +55,27 @@ def assert_written_by_its_requests(flat_in, offsets, rows, pool, got: np.ndarray
                 assert got[row, j] == pool[row, j], (row, j)
 
 
+def sampled_cases(cases, every: int) -> list:
+    """The cases a default run takes from ``cases`` (module docstring): the error cases, every ``every``-th other."""
+    values = [c.name for c in cases if c.error_class is None]
+    return [c for c in cases if c.error_class is not None or values.index(c.name) % every == 0]
+
+
+def mark_unsampled_cases_slow(items) -> None:
+    """Mark ``slow`` the conformance cases a contract class's ``case_every`` leaves out of the default run."""
+    for item in items:
+        cls = getattr(item, "cls", None)
+        if cls is None or not issubclass(cls, ScatterContract) or getattr(item, "originalname", "") != "test_conformance_case":
+            continue
+        if item.callspec.params["case"].name not in {c.name for c in sampled_cases(CASES, cls.case_every)}:
+            item.add_marker(pytest.mark.slow)
+
+
 class ScatterContract:
     # Random batches per run in the default profile; interpreted kernels lower it.
     examples: int = 20
+    # The default run's share of the conformance cases: every case_every-th (module docstring).
+    case_every: int = 1
     # Requests in the large well-formed batch; kernels whose interpreter pays a
     # host callback per request lower it (to a size still past one launch's block).
     large_bs: int = 3000
@@ -66,7 +92,7 @@ class ScatterContract:
             pytest.skip(runner.unavailable)
         return runner
 
-    @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+    @pytest.mark.parametrize("case", CASES, ids=CASE_NAMES)
     def test_conformance_case(self, runner, case):
         result = check_case(runner, case)
         if result.status == "skip":

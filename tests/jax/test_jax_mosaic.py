@@ -27,7 +27,9 @@ from kv_canary_jax import implementations  # noqa: E402
 from kv_canary_jax.api import scatter_req_token_ids  # noqa: E402
 from kv_canary_jax.conformance import MosaicRunner  # noqa: E402
 from shared_spec import errors, scatter_reference  # noqa: E402
-from tests.contract import ScatterContract, assert_same_pool, assert_written_by_its_requests  # noqa: E402
+from tests.contract import (  # noqa: E402
+    INTERPRETED_CASE_EVERY, ScatterContract, assert_same_pool, assert_written_by_its_requests,
+)
 from tests.jax_support import (  # noqa: E402
     assert_one_bare_mosaic_call, check_donation_writes_in_place, check_unavailable_falls_through,
     check_vmap_over_pools_and_over_batches, lower_for_cuda, run_clear_of_the_triton_lowering,
@@ -48,6 +50,7 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class TestJaxMosaic(ScatterContract):
+    case_every = INTERPRETED_CASE_EVERY  # a compile per case: a sample by default (tests/contract.py)
     # Each new shape re-traces and re-compiles the interpreted kernel.
     examples = 4
 

@@ -29,7 +29,9 @@ from kv_canary_jax.conformance import MosaicTpuRunner  # noqa: E402
 from kv_canary_jax.sharded import scatter_req_token_ids_sharded  # noqa: E402
 from shared_spec import errors, scatter_reference  # noqa: E402
 from shared_spec.reference import written_columns  # noqa: E402
-from tests.contract import ScatterContract, assert_same_pool, assert_written_by_its_requests  # noqa: E402
+from tests.contract import (  # noqa: E402
+    INTERPRETED_CASE_EVERY, ScatterContract, assert_same_pool, assert_written_by_its_requests,
+)
 from tests.jax_support import (  # noqa: E402
     check_donation_writes_in_place, check_unavailable_falls_through, check_vmap_over_pools_and_over_batches,
     default_gpu_kernel,
@@ -48,6 +50,7 @@ def host_default_device():
 
 
 class TestJaxMosaicTpu(ScatterContract):
+    case_every = INTERPRETED_CASE_EVERY  # a compile per case: a sample by default (tests/contract.py)
     # Each new shape re-traces and re-compiles the interpreted kernel, and every
     # SMEM read and DMA of the interpreter is a host callback (about 1 ms each
     # on a busy CI host): a few examples, and 300 requests for the large batch

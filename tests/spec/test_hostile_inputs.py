@@ -359,9 +359,12 @@ def _warm_up_automatic_dynamic(compiled):
         compiled(flat, offsets, torch.arange(bs), torch.zeros((bs + 5, 6 + bs), dtype=torch.int32), "torch")
 
 
+# Each compiler at each dynamic mode in the slow sweep; by default aot_eager at Dynamo's default (None) and Inductor at
+# the two fixed modes, so that every mode and every compiler runs.
 @pytest.mark.parametrize(
     "compiler, dynamic",
-    [("aot_eager", False), ("aot_eager", True), ("aot_eager", None), ("inductor", False), ("inductor", True)],
+    [pytest.param("aot_eager", False, marks=pytest.mark.slow), pytest.param("aot_eager", True, marks=pytest.mark.slow),
+     ("aot_eager", None), ("inductor", False), ("inductor", True)],
 )
 def test_argument_errors_reach_a_fullgraph_caller_as_the_specs_exception(compiler, dynamic):
     """dynamic=None: after a recompile with automatic dynamic shapes, a size in a message is symbolic, as with dynamic=True."""
