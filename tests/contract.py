@@ -57,17 +57,20 @@ def assert_written_by_its_requests(flat_in, offsets, rows, pool, got: np.ndarray
 
 def sampled_cases(cases, every: int) -> list:
     """The cases a default run takes from ``cases`` (module docstring): the error cases, every ``every``-th other."""
-    values = [c.name for c in cases if c.error_class is None]
-    return [c for c in cases if c.error_class is not None or values.index(c.name) % every == 0]
+    value_index = {c.name: i for i, c in enumerate(c for c in cases if c.error_class is None)}
+    return [c for c in cases if value_index.get(c.name, 0) % every == 0]
 
 
 def mark_unsampled_cases_slow(items) -> None:
     """Mark ``slow`` the conformance cases a contract class's ``case_every`` leaves out of the default run."""
+    taken: dict[int, set] = {}  # case_every -> the names of the cases sampled_cases takes
     for item in items:
         cls = getattr(item, "cls", None)
         if cls is None or not issubclass(cls, ScatterContract) or getattr(item, "originalname", "") != "test_conformance_case":
             continue
-        if item.callspec.params["case"].name not in {c.name for c in sampled_cases(CASES, cls.case_every)}:
+        if cls.case_every not in taken:
+            taken[cls.case_every] = {c.name for c in sampled_cases(CASES, cls.case_every)}
+        if item.callspec.params["case"].name not in taken[cls.case_every]:
             item.add_marker(pytest.mark.slow)
 
 
