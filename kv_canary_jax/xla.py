@@ -21,7 +21,8 @@ k < first[r] + length[r]``, ``T`` of them in all. ``T <= bs * min(C, N)``
 non-decreasing (every well-formed batch, whatever its range): segments are then
 disjoint, and each written cell reads a distinct token of ``[0, N)``.
 
-Two formulations, chosen per platform when lowering (``lax.platform_dependent``):
+Two formulations, chosen per platform when lowering (``lax.platform_dependent``), and on CPUs and TPUs a third for a
+batch of one request: ``xla_one_request``'s one ``dynamic_update_slice`` (on GPUs the grid below costs less there):
 
 - CPU, TPU and any other platform: the per-request grid below where it has at
   most 3/2 cells per token (``PER_TOKENS * bs * min(C, N) <= GRID_CELLS * N``,
@@ -86,6 +87,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from kv_canary_jax import xla_one_request
 from kv_canary_jax.windows import pool_window
 from shared_spec.reference import longest_window
 
@@ -108,7 +110,12 @@ def scatter(flat_in, offsets, req_pool_indices, pool_out) -> jax.Array:
     if min(bs, n_tokens, n_rows, width) == 0:
         return pool_out
     cells = _cells(offsets, req_pool_indices, n_rows, width, n_tokens)
-    return lax.platform_dependent(flat_in, cells, pool_out, cuda=_per_request, rocm=_per_request, default=_enumeration)
+    default = _enumeration
+    if bs == 1:  # CPUs and TPUs: one dynamic_update_slice (module docstring)
+        def default(flat_in, cells, pool):
+            return xla_one_request.write(flat_in, offsets, req_pool_indices, pool)
+
+    return lax.platform_dependent(flat_in, cells, pool_out, cuda=_per_request, rocm=_per_request, default=default)
 
 
 class Cells(NamedTuple):

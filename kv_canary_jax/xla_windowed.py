@@ -5,11 +5,14 @@ Contract: ``scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols, *,
 whose checks have passed, and returns the pool with the requests' tokens written from their first columns, exactly as
 ``shared_spec.reference`` says. ``contiguous=True`` is the caller's promise that ``offsets[0] = 0`` and ``offsets``
 never decreases, so that the segments tile ``[0, offsets[bs])`` (the assignment's running sum of lengths that are
-never negative): then every platform takes ``_contiguous``, what a JAX user writes by hand with the spec's clipping
-added, and the per-platform choice below does not apply. Scatters write the pool (in place when the caller donates
+never negative): then every platform takes ``_contiguous`` for a batch of more than one request, what a JAX user
+writes by hand with the spec's clipping added, and the per-platform choice below does not apply. Scatters write the pool (in place when the caller donates
 it); when ``bs``, ``N``, ``R`` or ``C`` is 0 the pool is returned as is. Unwindowed calls take ``xla.scatter``.
 
-Per platform (``lax.platform_dependent``), both exact for any values (overlapping or decreasing segments included):
+A batch of one request is ``xla_one_request``'s one ``dynamic_update_slice``: on every platform where ``contiguous``
+(there it costs less than ``_contiguous``'s repeat and scatter on GPUs too), else on CPUs and TPUs (the default
+branch below). Per platform (``lax.platform_dependent``), both exact for any values (overlapping or decreasing
+segments included):
 
 - CUDA and ROCm GPUs (``_per_cell``): ``O(bs * min(C, N))`` cells, whatever the offsets: each request covers
   ``longest_window(C, N)`` pool columns from the ``lo`` of its window (``windows.pool_window``: the spec's
@@ -36,7 +39,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kv_canary_jax import xla
+from kv_canary_jax import xla, xla_one_request
 from kv_canary_jax.windows import pool_window
 from shared_spec.reference import longest_window
 
@@ -51,10 +54,13 @@ def scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols, *, contigu
     if min(bs, n_tokens, n_rows, width) == 0:
         return pool_out
     if contiguous:
+        if bs == 1:
+            return xla_one_request.write(flat_in, offsets, req_pool_indices, pool_out, start_cols)
         return _contiguous(flat_in, offsets, req_pool_indices, pool_out, start_cols)
     cells = xla._cells(offsets, req_pool_indices, n_rows, width, n_tokens, start_cols)
+    default = _one_request if bs == 1 else _token_pass_or_grid
     return lax.platform_dependent(flat_in, offsets, req_pool_indices, pool_out, start_cols, cells,
-                                  cuda=_per_cell, rocm=_per_cell, default=_token_pass_or_grid)
+                                  cuda=_per_cell, rocm=_per_cell, default=default)
 
 
 def _contiguous(flat_in, offsets, req_pool_indices, pool_out, start_cols):
@@ -79,6 +85,10 @@ def _contiguous(flat_in, offsets, req_pool_indices, pool_out, start_cols):
                                         scatter_dims_to_operand_dims=(0, 1))
     return lax.scatter(pool_out, jnp.stack((rows[request], column), axis=1), flat_in.astype(jnp.int32), cells,
                        mode=lax.GatherScatterMode.FILL_OR_DROP)
+
+
+def _one_request(flat_in, offsets, req_pool_indices, pool_out, start_cols, cells):
+    return xla_one_request.write(flat_in, offsets, req_pool_indices, pool_out, start_cols)
 
 
 def _token_pass_or_grid(flat_in, offsets, req_pool_indices, pool_out, start_cols, cells):
