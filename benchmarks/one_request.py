@@ -63,70 +63,66 @@ def measure(tokens_list, calls: int, traces: int) -> list[dict]:
     import jax.numpy as jnp
 
     jax.config.update("jax_enable_x64", True)  # this process's choice
+    from kv_canary.bench_method import interleaved_samples
     from shared_spec import scatter_reference
 
     on_gpu = jax.default_backend() == "gpu"
+    found = ways(on_gpu)
     rows_out = []
     for tokens in tokens_list:
         host = batch(tokens)
         args = tuple(jax.device_put(a) for a in host)
-        fns = {name: jax.jit(f, donate_argnums=4) for name, f in ways(on_gpu).items()}
+        fns = {name: jax.jit(f, donate_argnums=4) for name, f in found.items()}
         pools = {name: jnp.full(POOL, SENTINEL, jnp.int32) for name in fns}
-        times = {name: [] for name in fns}
-        for _ in range(calls):
-            for name, fn in fns.items():
-                start = time.perf_counter()
-                pools[name] = fn(*args, pools[name])
-                pools[name].block_until_ready()
-                times[name].append(time.perf_counter() - start)
+
+        def timed(name):
+            start = time.perf_counter()
+            pools[name] = fns[name](*args, pools[name])
+            pools[name].block_until_ready()
+            return time.perf_counter() - start
+
+        times = interleaved_samples({name: name for name in fns}, timed, calls)
         pool = np.full(POOL, SENTINEL, np.int32)
         expected = {False: scatter_reference(*host[:3], pool), True: scatter_reference(*host[:3], pool, start_cols=host[3])}
         for name in fns:
             assert np.array_equal(np.asarray(pools[name]), expected["windowed" in name]), f"{name} at {tokens} tokens"
         row = {"tokens": tokens, "alone_us": {name: statistics.median(t[calls // 10:]) * 1e6 for name, t in times.items()}}
         if on_gpu:
-            row["device_us"] = device_figures(ways(True), args, traces)
+            row["device_us"] = device_figures(found, args, traces)
         rows_out.append(row)
     return rows_out
 
 
 def device_figures(found: dict, args, traces: int) -> dict:
-    """Per way, the kernels it adds to ``bench_step``'s step, us per step on the profiler's clock (median of ``traces``)."""
+    """Per way, the kernels it adds to ``bench_step``'s step, us per step on the profiler's clock (median of ``traces``
+    interleaved traces of ``STEPS`` steps)."""
     import jax
     import jax.numpy as jnp
 
     from kv_canary import bench_step, device_trace
+    from kv_canary.bench_method import interleaved_samples
 
     key_x, key_w = jax.random.split(jax.random.key(0))
     x = jax.random.normal(key_x, (bench_step.SIZE, bench_step.SIZE), jnp.bfloat16)
     w = jax.random.normal(key_w, (bench_step.SIZE, bench_step.SIZE), jnp.bfloat16) / np.sqrt(bench_step.SIZE)
 
-    def step_of(fn):
+    def steps_of(fn):
+        """``STEPS`` calls of ``bench_step``'s step (its matmuls, then ``fn`` on the donated pool; None: no op)."""
         def step(x, w, f, o, r, s, pool):
             h = x
             for _ in range(bench_step.MATMULS):
                 h = jnp.dot(h, w, preferred_element_type=jnp.bfloat16)
             return h, (pool if fn is None else fn(f, o, r, s, pool))
-        return jax.jit(step, donate_argnums=6)
 
-    def runner(fn):
-        jitted, state = step_of(fn), {"pool": jnp.full(POOL, SENTINEL, jnp.int32)}
+        one = bench_step.Step("", None, jax.jit(step, donate_argnums=6), (x, w, *args), jnp.full(POOL, SENTINEL, jnp.int32),
+                              False)
+        one()  # compiled before any trace
+        return lambda: [one() for _ in range(STEPS)]
 
-        def run():
-            for _ in range(STEPS):
-                h, state["pool"] = jitted(x, w, *args, state["pool"])
-                jax.block_until_ready((h, state["pool"]))
-        run()
-        return run
-
-    without = runner(None)
-    names = device_trace.kernel_names(device_trace.trace(without))
-    runs = {name: runner(fn) for name, fn in found.items()}
-    samples = {name: [] for name in found}
-    for _ in range(traces):
-        for name, run in runs.items():
-            samples[name].append(device_trace.added_kernel_us(run, names, STEPS))
-    return {name: statistics.median(v) for name, v in samples.items() if None not in v}
+    names = device_trace.kernel_names(device_trace.trace(steps_of(None)))
+    samples = interleaved_samples({name: steps_of(fn) for name, fn in found.items()},
+                                  lambda run: device_trace.added_kernel_us(run, names, STEPS), traces)
+    return {name: statistics.median(us) for name, us in samples.items() if None not in us}  # None: no trace came back
 
 
 def main(argv=None) -> int:

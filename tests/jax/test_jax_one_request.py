@@ -28,10 +28,9 @@ one_request = st.one_of(
 )
 
 
-def xla_scatter(flat_in, offsets, rows, pool, start_cols):
-    return jax.jit(lambda *a: scatter_req_token_ids(*a[:4], start_cols=a[4], implementation="xla"),
-                   donate_argnums=3)(*map(jnp.asarray, (flat_in, offsets, rows, pool)),
-                                     None if start_cols is None else jnp.asarray(start_cols))
+def xla_scatter(flat_in, offsets, rows, pool, start_cols=None):
+    """``scatter_req_token_ids``' XLA path, the pool the fourth argument (donated under ``jit``)."""
+    return scatter_req_token_ids(flat_in, offsets, rows, pool, start_cols=start_cols, implementation="xla")
 
 
 @property_settings(40)
@@ -39,7 +38,8 @@ def xla_scatter(flat_in, offsets, rows, pool, start_cols):
 def test_one_request_batches_match_the_reference(batch, windowed):
     flat_in, offsets, rows, pool, start_cols = batch
     start_cols = start_cols if windowed else None
-    got = np.asarray(xla_scatter(flat_in, offsets, rows, pool, start_cols))
+    arrays = [None if a is None else jnp.asarray(a) for a in (flat_in, offsets, rows, pool, start_cols)]
+    got = np.asarray(jax.jit(xla_scatter, donate_argnums=3)(*arrays))
     assert_same_pool(got, scatter_reference(flat_in, offsets, rows, pool, start_cols=start_cols))
 
 
@@ -65,13 +65,13 @@ def one_dynamic_update_slice(text: str) -> bool:
 @pytest.mark.parametrize("windowed", [False, True])
 def test_on_the_cpu_and_tpu_one_request_is_one_dynamic_update_slice(windowed):
     for platform in ("cpu", "tpu"):
-        text = lowered(xla_scatter_of_arrays if windowed else unwindowed, ONE_REQUEST + WINDOW * windowed, platform)
+        text = lowered(xla_scatter, ONE_REQUEST + WINDOW * windowed, platform)
         assert one_dynamic_update_slice(text), platform
 
 
 def test_on_a_gpu_one_request_takes_the_grid_and_the_assignment_one_dynamic_update_slice():
-    assert not one_dynamic_update_slice(lowered(unwindowed, ONE_REQUEST, "cuda"))
-    assert not one_dynamic_update_slice(lowered(xla_scatter_of_arrays, ONE_REQUEST + WINDOW, "cuda"))
+    assert not one_dynamic_update_slice(lowered(xla_scatter, ONE_REQUEST, "cuda"))
+    assert not one_dynamic_update_slice(lowered(xla_scatter, ONE_REQUEST + WINDOW, "cuda"))
     contiguous = functools.partial(xla_windowed.scatter, contiguous=True)
     assert one_dynamic_update_slice(lowered(contiguous, ONE_REQUEST + WINDOW, "cuda"))
 
@@ -81,18 +81,10 @@ def lowered(f, shapes, platform: str) -> str:
     return jax.jit(f, donate_argnums=3).trace(*args).lower(lowering_platforms=(platform,)).as_text()
 
 
-def unwindowed(flat_in, offsets, rows, pool):
-    return scatter_req_token_ids(flat_in, offsets, rows, pool, implementation="xla")
-
-
-def xla_scatter_of_arrays(flat_in, offsets, rows, pool, start_cols):
-    return scatter_req_token_ids(flat_in, offsets, rows, pool, start_cols=start_cols, implementation="xla")
-
-
 def test_jit_donation_writes_the_donated_buffer():
     pool = jnp.asarray(sentinel_pool(3, 8))
     pointer = pool.unsafe_buffer_pointer()
-    out = jax.jit(xla_scatter_of_arrays, donate_argnums=3)(jnp.arange(4, dtype=jnp.int64), jnp.array([0, 4]),
+    out = jax.jit(xla_scatter, donate_argnums=3)(jnp.arange(4, dtype=jnp.int64), jnp.array([0, 4]),
                                                            jnp.array([1]), pool, jnp.array([6]))
     assert out.unsafe_buffer_pointer() == pointer
     expected = scatter_reference(np.arange(4), np.array([0, 4]), np.array([1]), sentinel_pool(3, 8), start_cols=np.array([6]))
@@ -103,7 +95,7 @@ def test_vmap_over_pools_and_first_columns():
     pools = np.stack([sentinel_pool(3, 8, seed) for seed in range(4)])
     cols = np.array([[-2], [0], [5], [9]])
     flat_in, offsets, rows = np.arange(1, 6), np.array([0, 5]), np.array([2])
-    got = jax.vmap(lambda p, c: xla_scatter_of_arrays(jnp.asarray(flat_in), jnp.asarray(offsets), jnp.asarray(rows), p, c))(
+    got = jax.vmap(lambda p, c: xla_scatter(jnp.asarray(flat_in), jnp.asarray(offsets), jnp.asarray(rows), p, c))(
         jnp.asarray(pools), jnp.asarray(cols))
     for k in range(4):
         assert_same_pool(np.asarray(got[k]), scatter_reference(flat_in, offsets, rows, pools[k], start_cols=cols[k]))
