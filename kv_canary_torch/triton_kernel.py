@@ -24,8 +24,9 @@ Windowed (``WINDOWED``, ``start_cols`` given; ``s = start_cols[r]``, one more sc
     base, lo, hi, shift = shared_spec.reference.windowed_columns(start, end, s, C, N), transcribed:
              shift = clip(s, 0, C); where s < 0 the request starts at start - s (empty where
              that passes 2**63 - 1), then written_columns(start', end, C - shift, N)
-             -- in order with s >= 0 (0 <= start <= end <= N): base = start, lo = 0,
-             hi = min(end - start, C - shift)
+             -- in order (0 <= start <= end <= N), by selects alone (ordered_shifted): lo = 0 and
+             s >= 0: base = start, hi = max(min(end - start, C - s), 0), shift = s
+             s < 0:  base = start - s, hi = max(min(end - start + s, C), 0), shift = 0
     the same tiles over j, with the pool row's address moved by shift columns:
         where lo <= j < hi:  pool_out[row, shift + j] = int32(flat_in[base + j])
 
@@ -103,13 +104,31 @@ INT64_MAX: tl.constexpr = tl.constexpr(2**63 - 1)
 
 @triton.jit
 def in_row(start, end, first_col, width, n_tokens):
-    """Whether a windowed request takes the short branch: an in-order window with ``0 <= s <= C``.
+    """Whether a request takes ``windowed_window``'s short branch: an in-order window with ``0 <= s <= C``.
 
     There ``clip(s, 0, C) = s``, so ``shift = s`` itself and the short branch's ``hi = min(end - start, C - s)`` is
     as many dependent int64 steps after the loads as the unwindowed ``min(end - start, C)``; any other window (``s >
-    C`` among them: empty, ``shift = C``) goes through ``windowed_window``'s exact math, which computes its own
-    ``shift``."""
+    C`` among them: empty, ``shift = C``) goes through the exact math, which computes its own ``shift``. (The strided
+    kernel branches on ``in_order`` alone and folds ``s`` in by ``ordered_shifted``'s selects.)"""
     return in_order(start, end, n_tokens) & (first_col >= 0) & (first_col <= width)
+
+
+@triton.jit
+def ordered_shifted(start, end, first_col, width):
+    """``(base, hi, shift)`` of a windowed request ``in_order`` (``0 <= start <= end <= N``, so ``n = end - start``
+    lies in ``[0, N]``), for any int64 ``s``, with ``lo = 0``: ``windowed_columns``' answer by selects alone.
+
+    ``s >= 0``: ``(start, max(min(n, C - s), 0), s)``; ``C - s`` cannot wrap, and ``hi`` is 0 for ``s >= C`` (the
+    shifted row pointer is then never used). ``s < 0``: the columns ``[0, min(n + s, C))`` read from ``start - s``,
+    so ``(start - s, max(min(n + s, C), 0), 0)``; ``n + s`` cannot wrap, and ``start - s`` wraps only where ``-s >
+    2**63 - 1 - start >= N - start >= n``, where ``hi`` is 0 and ``base`` is never read. ``hi`` lies in ``[0, min(n,
+    C)]``, as the unwindowed short branch's does (so ``ONE``'s one tile per lane holds, and ``hi`` fits int32 where
+    ``WIDE`` is off)."""
+    n = end - start
+    behind = first_col < 0
+    base = tl.where(behind, start - first_col, start)
+    hi = tl.where(behind, tl.minimum(n + first_col, width), tl.minimum(n, width - first_col))
+    return base, tl.maximum(hi, 0), tl.where(behind, 0, first_col)
 
 
 @triton.jit
@@ -203,13 +222,13 @@ def scatter_req_token_ids_kernel(
     end = tl.load(offsets_ptr + (request + 1) * offsets_stride)
     if WINDOWED:
         first_col = tl.load(start_cols_ptr + request * start_cols_stride)
-        # The usual windowed call (s >= 0, in order) as the unwindowed one's short branch on C - shift columns of
-        # the row moved by shift: a few scalar ops more. Any other one through windowed_window's exact math.
-        if in_row(start, end, first_col, width, n_tokens):
-            shift = first_col
+        # An in-order window (every valid batch's) as the unwindowed one's short branch, its first column folded
+        # in by selects (ordered_shifted): the branch waits on the offsets alone, as the unwindowed kernel's
+        # does, not on s too. Any other one through windowed_window's exact math.
+        if in_order(start, end, n_tokens):
+            base, hi, shift = ordered_shifted(start, end, first_col, width)
             lanes_copy(flat_in_ptr, rows_ptr + request * rows_stride, n_rows, shifted(pool_ptr, shift, stride_col, UNIT),
-                       stride_row, start, start - start, tl.minimum(end - start, width - shift), flat_stride,
-                       stride_col, BLOCK, WIDE, UNIT, True, ONE)
+                       stride_row, base, start - start, hi, flat_stride, stride_col, BLOCK, WIDE, UNIT, True, ONE)
         else:
             base, lo, hi, shift = windowed_window(start, end, first_col, width, n_tokens)
             lanes_copy(flat_in_ptr, rows_ptr + request * rows_stride, n_rows, shifted(pool_ptr, shift, stride_col, UNIT),
