@@ -77,6 +77,8 @@ def mark_unsampled_cases_slow(items) -> None:
 class ScatterContract:
     # Random batches per run in the default profile; interpreted kernels lower it.
     examples: int = 20
+    # The backend compiles a program per shape (JAX's): its random batches take tests.strategies.FEW_SHAPES.
+    few_shapes: bool = False
     # The default run's share of the conformance cases: every case_every-th (module docstring).
     case_every: int = 1
     # Requests in the large well-formed batch; kernels whose interpreter pays a
@@ -104,7 +106,7 @@ class ScatterContract:
 
     def test_random_batches_match_reference(self, runner):
         @property_settings(self.examples)
-        @given(batch=batches())
+        @given(batch=batches(few_shapes=self.few_shapes))
         def check(batch):
             assert_same_pool(runner.scatter(*batch), scatter_reference(*batch))
 
@@ -114,7 +116,7 @@ class ScatterContract:
         """start_cols: each request from its own first column (appends, windows past either edge, any int64)."""
 
         @property_settings(self.examples)
-        @given(batch=windowed_batches())
+        @given(batch=windowed_batches(few_shapes=self.few_shapes))
         def check(batch):
             *arrays, start_cols = batch
             assert_same_pool(runner.scatter(*arrays, start_cols=start_cols), scatter_reference(*batch))

@@ -128,3 +128,33 @@ def run_clear_of_the_triton_lowering(script: str) -> str:
     done = fresh_python(script + _TRITON_LOWERING_UNTOUCHED, "-W", "error::DeprecationWarning")
     assert done.returncode == 0, done.stderr[-4000:]
     return done.stdout.strip()
+
+
+# The frontend's default in a fresh process: first on this machine as it is (the CPU's XLA path), the lowering
+# modules checked right after, then with a Hopper GPU simulated (capability 9.0: planning, lowering for CUDA and
+# running the default); run_clear_of_the_triton_lowering checks the probe and the modules at the end. A line of
+# output per part: the pool each part's call leaves.
+DEFAULT_CALLS = f"""
+import sys
+import numpy as np
+import jax
+import jax.numpy as jnp
+from kv_canary_jax import implementations, scatter_req_token_ids
+pool = scatter_req_token_ids(np.arange(4), np.array([0, 4]), np.array([1]), np.zeros((2, 4), np.int32))
+assert not [name for name in {TRITON_LOWERING_MODULES!r} if name in sys.modules], "imported"
+print(np.asarray(pool).tolist())
+implementations.gpu_capability = lambda: (9, 0)  # a Hopper GPU, as far as the choice goes
+assert implementations.choice(None, "cuda", False) == ((None, "mosaic"),), implementations.mosaic_import_error()
+assert dict(implementations.choice(None, None, False))["cuda"] == "mosaic"
+shapes = [jax.ShapeDtypeStruct(s, t) for s, t in (((50,), jnp.int64), ((4,), jnp.int64), ((3,), jnp.int64), ((4, 20), jnp.int32))]
+hlo = jax.jit(scatter_req_token_ids, donate_argnums=3).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
+assert "@mosaic_gpu" in hlo and "triton" not in hlo
+pool = scatter_req_token_ids(np.arange(4), np.array([0, 4]), np.array([1]), np.zeros((2, 4), np.int32))  # XLA, on the CPU
+print(np.asarray(pool).tolist())
+"""
+
+
+@functools.cache
+def default_calls_clear_of_the_triton_lowering() -> list[str]:
+    """``DEFAULT_CALLS``' lines, run once per test process by ``run_clear_of_the_triton_lowering``."""
+    return run_clear_of_the_triton_lowering(DEFAULT_CALLS).splitlines()

@@ -9,6 +9,8 @@ distinct sentinels, never zeros.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from hypothesis import strategies as st
 
@@ -20,13 +22,27 @@ token_ids = st.one_of(
 )
 
 
+# The shapes of a property on a backend that compiles a program per shape (JAX's, and the Pallas kernels its
+# interpreters run): (n_rows, width, bs, n_tokens) as fractions of the strategy's maxima, rounded up. A new shape
+# costs such a backend a trace, a lowering and a compile (0.1-0.3 s an example on the CPU machine), a new value
+# nothing, so its examples share these few programs and differ in every value: rows, lengths, offsets, first
+# columns, token ids. Each shape puts a different bound first: the pool's rows, its width, the tokens. The edges of
+# shapes (one row, one column, an empty batch, no tokens) are conformance cases, which every backend runs.
+FEW_SHAPES = ((1, 1, 1, 1), (1 / 4, 1 / 4, 1, 1), (1, 1, 1 / 2, 1 / 8), (1 / 2, 1, 1 / 4, 1 / 2))
+
+
+def draw_shape(draw, maxima, few_shapes: bool, least=(1, 1, 0, 0)) -> tuple:
+    """``(n_rows, width, bs, n_tokens)``: each from ``least`` to ``maxima`` independently, or one of ``FEW_SHAPES``."""
+    if not few_shapes:
+        return tuple(draw(st.integers(lo, hi)) for lo, hi in zip(least, maxima))
+    fractions = draw(st.sampled_from(FEW_SHAPES))
+    return tuple(max(lo, 1, math.ceil(f * hi)) for f, lo, hi in zip(fractions, least, maxima))
+
+
 @st.composite
-def batches(draw, max_rows=8, max_width=24, max_bs=8, max_tokens=64):
-    """``(flat_in, offsets, req_pool_indices, pool_out)`` as numpy arrays."""
-    n_rows = draw(st.integers(1, max_rows))
-    width = draw(st.integers(1, max_width))
-    bs = draw(st.integers(0, max_bs))
-    n_tokens = draw(st.integers(0, max_tokens))
+def batches(draw, max_rows=8, max_width=24, max_bs=8, max_tokens=64, few_shapes=False):
+    """``(flat_in, offsets, req_pool_indices, pool_out)`` as numpy arrays; shapes from ``FEW_SHAPES`` if ``few_shapes``."""
+    n_rows, width, bs, n_tokens = draw_shape(draw, (max_rows, max_width, max_bs, max_tokens), few_shapes)
     flat_in = np.asarray(draw(st.lists(token_ids, min_size=n_tokens, max_size=n_tokens)), dtype=np.int64)
 
     free = list(draw(st.permutations(range(n_rows))))
@@ -108,12 +124,12 @@ def start_cols_for(draw, offsets, width: int) -> np.ndarray:
 
 
 @st.composite
-def windowed_batches(draw, max_rows=8, max_width=24, max_bs=8, max_tokens=64):
+def windowed_batches(draw, max_rows=8, max_width=24, max_bs=8, max_tokens=64, few_shapes=False):
     """``batches`` with ``start_cols``: ``(flat_in, offsets, req_pool_indices, pool_out, start_cols)``.
 
     Offsets sometimes take int64 extremes too, so that a negative first column moves a start past ``2**63 - 1``.
     """
-    flat_in, offsets, rows, pool = draw(batches(max_rows, max_width, max_bs, max_tokens))
+    flat_in, offsets, rows, pool = draw(batches(max_rows, max_width, max_bs, max_tokens, few_shapes))
     if draw(st.integers(0, 5)) == 0 and offsets.shape[0] > 1:
         offsets = offsets.copy()
         offsets[draw(st.integers(0, offsets.shape[0] - 1))] = draw(st.sampled_from([INT64_MIN, INT64_MAX, INT64_MAX - 3, 2**62]))

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import torch
 
@@ -56,3 +62,77 @@ def native_module(tmp_path_factory):
 def shared_native_cache(tmp_path_factory):
     """The cache folder the test run's workers share for the native piece."""
     return tmp_path_factory.getbasetemp().parent / "kv-canary-native"
+
+
+# A serving worker's first calls, in a fresh interpreter (no conftest: JAX's x64 off, nothing imported): what
+# importing the frontend, then running backend="torch" and "auto", then backend="pallas" leave behind, each step
+# on what the ones before it left, as a worker's calls do. One process for the tests of each step, since a fresh
+# interpreter with torch and JAX costs seconds here.
+FIRST_CALLS = """
+import json, sys
+facts = {}
+import kv_canary_torch
+facts["dynamo_after_import"] = "torch._dynamo" in sys.modules
+import torch
+from kv_canary_torch import backends, launch_scatter_req_token_ids_kernel, pack_token_ids
+pool = torch.zeros((2, 3), dtype=torch.int32)
+facts["resolved"] = []
+for backend in ("torch", "auto"):
+    facts["resolved"].append(backends.resolve(backend, pool))
+    launch_scatter_req_token_ids_kernel(flat_in=torch.arange(3), offsets=torch.tensor([0, 3]),
+                                        req_pool_indices=torch.tensor([1]), pool_out=pool, backend=backend)
+facts["pool_after_torch"] = pool.tolist()
+facts["jax_after_torch"] = [m for m in ("jax", "kv_canary_jax") if m in sys.modules]
+import jax
+facts["x64_before_pallas"] = jax.config.jax_enable_x64
+flat_in, offsets = pack_token_ids([[11, 12, 13], [21, 22]])
+pool = torch.full((4, 3), -1, dtype=torch.int32)
+launch_scatter_req_token_ids_kernel(flat_in=flat_in, offsets=offsets, req_pool_indices=torch.tensor([3, 0]),
+                                    pool_out=pool, backend="pallas")
+facts["pool_after_pallas"] = pool.tolist()
+facts["x64_after_pallas"] = jax.config.jax_enable_x64
+facts["int_dtype_after_pallas"] = str(jax.numpy.asarray([1]).dtype)
+print(json.dumps(facts))
+"""
+
+
+@functools.cache
+def first_calls_in_a_fresh_process() -> dict:
+    """``FIRST_CALLS``' facts (run once per test process); an ``AssertionError`` with its stderr if it failed."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}
+    done = subprocess.run([sys.executable, "-c", FIRST_CALLS], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+# The scripts that compile kernels for sm_90 without a GPU (Triton's compiler, not its interpreter), by name:
+# each test module that has one registers it at import, and the first test to ask runs every registered script in
+# one fresh process (this one may have defined the kernels in interpreter mode), each in its own namespace, since
+# the process's torch and Triton imports cost seconds here.
+SM90_SCRIPTS: dict[str, str] = {}
+_RUN_SM90 = """
+import contextlib, io, json, sys
+printed = {}
+for name, script in zip(sys.argv[1::2], sys.argv[2::2]):
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        exec(compile(script, f"<{name}>", "exec"), {"__name__": "__main__"})
+    printed[name] = out.getvalue().strip()
+print(json.dumps(printed))
+"""
+
+
+def compiled_for_sm90(name: str) -> str:
+    """What ``SM90_SCRIPTS[name]`` printed, from the one run of every registered script; fails with the run's stderr."""
+    return _run_sm90_scripts(tuple(SM90_SCRIPTS))[name]
+
+
+@functools.cache
+def _run_sm90_scripts(names: tuple[str, ...]) -> dict:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    arguments = [part for name in names for part in (name, SM90_SCRIPTS[name])]
+    done = subprocess.run([sys.executable, "-c", _RUN_SM90, *arguments], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)

@@ -61,7 +61,9 @@ def run(launch, batch, block=BLOCK) -> np.ndarray:
 
 @pytest.mark.parametrize("variant", LAUNCHES)
 def test_variants_match_the_reference_on_random_batches(variant):
-    @property_settings(30)
+    # The benchmark's candidates, not the library's kernels (their own tests hold those to every input): fewer
+    # examples than the library's kernels get, still enough that every kind of tile meets each variant.
+    @property_settings(15)
     @given(batch=tile_batches(BLOCK))
     def check(batch):
         assert_same_pool(run(LAUNCHES[variant], batch), scatter_reference(*batch))

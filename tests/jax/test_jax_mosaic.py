@@ -32,7 +32,7 @@ from tests.contract import (  # noqa: E402
 )
 from tests.jax_support import (  # noqa: E402
     assert_one_bare_mosaic_call, check_donation_writes_in_place, check_unavailable_falls_through,
-    check_vmap_over_pools_and_over_batches, lower_for_cuda, run_clear_of_the_triton_lowering,
+    check_vmap_over_pools_and_over_batches, default_calls_clear_of_the_triton_lowering, lower_for_cuda,
 )
 from tests.profiles import property_settings  # noqa: E402
 from tests.strategies import large_batch, sentinel_pool  # noqa: E402
@@ -53,6 +53,7 @@ class TestJaxMosaic(ScatterContract):
     case_every = INTERPRETED_CASE_EVERY  # a compile per case: a sample by default (tests/contract.py)
     # Each new shape re-traces and re-compiles the interpreted kernel.
     examples = 4
+    few_shapes = True
 
     @classmethod
     def make_runner(cls):
@@ -342,21 +343,7 @@ def test_the_default_per_compute_capability(monkeypatch, capability):
 def test_on_hopper_the_default_never_touches_the_triton_lowering():
     """Capability 9.0 simulated, in a fresh process, DeprecationWarnings as errors: planning, lowering and running
     the default never probe nor import Pallas' Triton lowering (JAX 0.11 warns on its import)."""
-    script = """
-import numpy as np
-import jax
-import jax.numpy as jnp
-from kv_canary_jax import implementations, scatter_req_token_ids
-implementations.gpu_capability = lambda: (9, 0)  # a Hopper GPU, as far as the choice goes
-assert implementations.choice(None, "cuda", False) == ((None, "mosaic"),), implementations.mosaic_import_error()
-assert dict(implementations.choice(None, None, False))["cuda"] == "mosaic"
-shapes = [jax.ShapeDtypeStruct(s, t) for s, t in (((50,), jnp.int64), ((4,), jnp.int64), ((3,), jnp.int64), ((4, 20), jnp.int32))]
-hlo = jax.jit(scatter_req_token_ids, donate_argnums=3).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
-assert "@mosaic_gpu" in hlo and "triton" not in hlo
-pool = scatter_req_token_ids(np.arange(4), np.array([0, 4]), np.array([1]), np.zeros((2, 4), np.int32))  # XLA, on the CPU
-print(np.asarray(pool).tolist())
-"""
-    assert run_clear_of_the_triton_lowering(script) == "[[0, 0, 0, 0], [0, 1, 2, 3]]"
+    assert default_calls_clear_of_the_triton_lowering()[1] == "[[0, 0, 0, 0], [0, 1, 2, 3]]"  # DEFAULT_CALLS
 
 
 @pytest.mark.skipif(implementations.gpu_capability() is not None, reason="a GPU is here")

@@ -56,6 +56,7 @@ class TestJaxMosaicTpu(ScatterContract):
     # on a busy CI host): a few examples, and 300 requests for the large batch
     # (three grid steps of REQUESTS_PER_STEP = 128, the last one part padding).
     examples = 6
+    few_shapes = True
     large_bs = 300
 
     @classmethod

@@ -12,6 +12,7 @@ class TestJaxPallas(ScatterContract):
     case_every = INTERPRETED_CASE_EVERY  # a compile per case: a sample by default (tests/contract.py)
     # Each new shape recompiles the interpreted kernel; keep the property cheap.
     examples = 6
+    few_shapes = True
 
     @classmethod
     def make_runner(cls):

@@ -21,11 +21,12 @@ from shared_spec.reference import written_columns  # noqa: E402
 from tests.jax_support import ROOT  # noqa: E402
 from tests.contract import ScatterContract, assert_same_pool  # noqa: E402
 from tests.profiles import property_settings  # noqa: E402
-from tests.strategies import INT64_MAX, INT64_MIN, sentinel_pool, token_ids  # noqa: E402
+from tests.strategies import INT64_MAX, INT64_MIN, draw_shape, sentinel_pool, token_ids  # noqa: E402
 
 
 class TestJaxXla(ScatterContract):
     examples = 10  # XLA compiles each new shape (~0.1 s on a CPU)
+    few_shapes = True
     @classmethod
     def make_runner(cls):
         return XlaRunner()
@@ -83,8 +84,7 @@ row_values = st.one_of(st.integers(-2, 7), st.sampled_from([INT64_MIN, INT64_MAX
 @st.composite
 def malformed_batches(draw):
     """Offsets in any order (decreasing, overlapping, int64 extremes), rows anywhere and repeated; a sentinel pool."""
-    n_rows, width = draw(st.integers(1, 6)), draw(st.integers(1, 30))
-    bs, n_tokens = draw(st.integers(1, 7)), draw(st.integers(1, 36))
+    n_rows, width, bs, n_tokens = draw_shape(draw, (6, 30, 7, 36), few_shapes=True, least=(1, 1, 1, 1))
     flat_in = np.asarray(draw(st.lists(token_ids, min_size=n_tokens, max_size=n_tokens)), dtype=np.int64)
     if draw(st.booleans()):  # anything, in any order
         offsets = np.asarray(draw(st.lists(offset_values, min_size=bs + 1, max_size=bs + 1)), dtype=np.int64)

@@ -1,9 +1,6 @@
 """The torch frontend's ``backend="pallas"``: the contract, which JAX kernel runs, and the reason when none can."""
 
 import json
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -15,13 +12,17 @@ from kv_canary_jax import implementations  # noqa: E402
 from kv_canary_torch import backends, launch_scatter_req_token_ids_kernel, pallas_backend  # noqa: E402
 from kv_canary_torch.conformance import TorchRunner  # noqa: E402
 from shared_spec import errors, scatter_reference  # noqa: E402
-from tests.contract import ScatterContract  # noqa: E402
+from tests.contract import INTERPRETED_CASE_EVERY, ScatterContract  # noqa: E402
 from tests.profiles import property_settings  # noqa: E402
 from tests.strategies import batches, large_batch  # noqa: E402
+from tests.torch_support import first_calls_in_a_fresh_process  # noqa: E402
 
 
 class TestTorchPallas(ScatterContract):
-    examples = 4  # Pallas' interpreter on a CPU-only machine: a compile per shape
+    # Pallas' interpreter on a CPU-only machine: a compile per shape, and per case a sample by default (tests/contract.py)
+    case_every = INTERPRETED_CASE_EVERY
+    examples = 4
+    few_shapes = True
 
     @classmethod
     def make_runner(cls):
@@ -31,26 +32,13 @@ class TestTorchPallas(ScatterContract):
 def test_pallas_backend_needs_no_global_x64():
     """A torch user never touches JAX's configuration: the backend scopes x64 to its own call.
 
-    Run in a fresh interpreter, where nothing (no conftest) has enabled x64.
+    In a fresh interpreter, where nothing (no conftest) has enabled x64 (``first_calls_in_a_fresh_process``).
     """
-    program = textwrap.dedent(
-        """
-        import jax, torch
-        from kv_canary_torch import launch_scatter_req_token_ids_kernel, pack_token_ids
-        assert not jax.config.jax_enable_x64
-        flat_in, offsets = pack_token_ids([[11, 12, 13], [21, 22]])
-        pool = torch.full((4, 3), -1, dtype=torch.int32)
-        launch_scatter_req_token_ids_kernel(
-            flat_in=flat_in, offsets=offsets, req_pool_indices=torch.tensor([3, 0]), pool_out=pool, backend="pallas"
-        )
-        assert pool.tolist() == [[21, 22, -1], [-1, -1, -1], [-1, -1, -1], [11, 12, 13]], pool
-        assert not jax.config.jax_enable_x64  # the global flag is untouched
-        assert jax.numpy.asarray([1]).dtype == "int32"  # and so is what this thread sees afterwards
-        """
-    )
-    env = {k: v for k, v in __import__("os").environ.items() if k != "JAX_ENABLE_X64"}
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr
+    facts = first_calls_in_a_fresh_process()
+    assert facts["x64_before_pallas"] is False
+    assert facts["pool_after_pallas"] == [[21, 22, -1], [-1, -1, -1], [-1, -1, -1], [11, 12, 13]]
+    assert facts["x64_after_pallas"] is False  # the global flag is untouched
+    assert facts["int_dtype_after_pallas"] == "int32"  # and so is what this thread sees afterwards
 
 
 # -- which kernel runs, and when none can ---------------------------------------------------------
@@ -99,7 +87,7 @@ def test_on_cpu_tensors_the_interpreter_runs_jaxs_default_kernel(chosen):
 
 def test_on_cpu_tensors_the_interpreted_kernel_matches_the_reference():
     @property_settings(3)
-    @given(batch=batches(max_rows=6, max_width=160, max_bs=6, max_tokens=400))
+    @given(batch=batches(max_rows=6, max_width=160, max_bs=6, max_tokens=400, few_shapes=True))
     def run(batch):
         np.testing.assert_array_equal(launch(batch), scatter_reference(*batch))
 
@@ -202,23 +190,10 @@ def test_the_choice_is_cached_per_device_type(fresh_choice):
 
 def test_choosing_another_backend_imports_no_jax():
     """In a fresh interpreter: resolving and running 'torch' and 'auto' never imports JAX."""
-    program = textwrap.dedent(
-        """
-        import sys, torch
-        from kv_canary_torch import backends, launch_scatter_req_token_ids_kernel
-        pool = torch.zeros((2, 3), dtype=torch.int32)
-        for backend in ("torch", "auto"):
-            assert backends.resolve(backend, pool) == "torch"
-            launch_scatter_req_token_ids_kernel(
-                flat_in=torch.arange(3), offsets=torch.tensor([0, 3]), req_pool_indices=torch.tensor([1]), pool_out=pool,
-                backend=backend,
-            )
-        assert pool.tolist() == [[0, 0, 0], [0, 1, 2]], pool
-        assert "jax" not in sys.modules and "kv_canary_jax" not in sys.modules, sorted(m for m in sys.modules if "jax" in m)
-        """
-    )
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    facts = first_calls_in_a_fresh_process()
+    assert facts["resolved"] == ["torch", "torch"]
+    assert facts["pool_after_torch"] == [[0, 0, 0], [0, 1, 2]]
+    assert facts["jax_after_torch"] == []
 
 
 def test_kv_canary_check_skips_the_backend_with_the_reason(capsys, fresh_choice):

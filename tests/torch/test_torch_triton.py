@@ -1,9 +1,5 @@
 """The contract on the torch frontend's Triton backend (interpreted on a CPU-only machine)."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 from kv_canary.platform import cuda_available
@@ -11,6 +7,7 @@ from kv_canary_torch.conformance import TorchRunner
 from kv_canary_torch.launch import plan
 from tests.contract import ScatterContract
 from tests.strategies import large_batch
+from tests.torch_support import SM90_SCRIPTS, compiled_for_sm90
 
 
 class TestTorchTriton(ScatterContract):
@@ -31,7 +28,7 @@ class TestTorchTriton(ScatterContract):
 
 # Compiles the kernel (not interpreted) for an H100/H200 (sm_90) without a GPU:
 # catches what only the compiler rejects. Run in a fresh process because this
-# one may have defined the kernel in interpreter mode. (triton.compile's
+# one may have defined the kernel in interpreter mode (tests.torch_support.SM90_SCRIPTS). (triton.compile's
 # ASTSource API as of Triton 3.9.)
 COMPILE_FOR_SM90 = """
 import triton
@@ -112,12 +109,9 @@ for int_type in ("i32", "i64"):
     assert tiled_loads[int_type, True] == tiled_loads[int_type, False] + 1, tiled_loads  # the one more scalar load
 print("compiled")
 """
+SM90_SCRIPTS["lanes and tiled"] = COMPILE_FOR_SM90
 
 
 @pytest.mark.skipif(cuda_available(), reason="on a GPU the contract above runs the compiled kernel itself")
 def test_kernel_compiles_for_sm90():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    done = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.strip() == "compiled", done.stderr[-3000:]
+    assert compiled_for_sm90("lanes and tiled") == "compiled"
