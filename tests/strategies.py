@@ -32,11 +32,12 @@ FEW_SHAPES = ((1, 1, 1, 1), (1 / 4, 1 / 4, 1, 1), (1, 1, 1 / 2, 1 / 8), (1 / 2, 
 
 
 def draw_shape(draw, maxima, few_shapes: bool, least=(1, 1, 0, 0)) -> tuple:
-    """``(n_rows, width, bs, n_tokens)``: each from ``least`` to ``maxima`` independently, or one of ``FEW_SHAPES``."""
+    """``(n_rows, width, bs, n_tokens)``: each from ``least`` to ``maxima`` independently, or one of ``FEW_SHAPES``
+    (every size then at least 1)."""
     if not few_shapes:
         return tuple(draw(st.integers(lo, hi)) for lo, hi in zip(least, maxima))
     fractions = draw(st.sampled_from(FEW_SHAPES))
-    return tuple(max(lo, 1, math.ceil(f * hi)) for f, lo, hi in zip(fractions, least, maxima))
+    return tuple(max(1, math.ceil(f * hi)) for f, hi in zip(fractions, maxima))
 
 
 @st.composite
