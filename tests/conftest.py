@@ -114,3 +114,27 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_collection_finish(session):
+    """The children (``tests.children``) of the selected tests that will run start ahead, in the tests' order."""
+    from tests import children
+
+    marked = [child for item in session.items if not skipped(item)
+              for mark in item.iter_markers("children") for child in mark.args]
+    children.start_ahead(marked, xdist_worker=hasattr(session.config, "workerinput"))
+
+
+def skipped(item) -> bool:
+    """Whether a skip or skipif mark of ``item`` skips it (a skipif's condition a string is evaluated by pytest
+    alone: taken as not skipping)."""
+    if item.get_closest_marker("skip") is not None:
+        return True
+    return any(condition is True for mark in item.iter_markers("skipif")
+               for condition in (*mark.args, mark.kwargs.get("condition")))
+
+
+def pytest_sessionfinish(session):
+    from tests import children
+
+    children.stop_ahead()

@@ -6,8 +6,6 @@ import functools
 import os
 import pathlib
 import re
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +16,7 @@ import pytest
 from kv_canary_jax import implementations
 from kv_canary_jax.api import scatter_req_token_ids
 from shared_spec import errors, scatter_reference
+from tests.children import Child
 from tests.contract import assert_same_pool
 from tests.strategies import large_batch, sentinel_pool
 
@@ -74,15 +73,15 @@ def check_unavailable_falls_through(implementation: str, reason: str) -> None:
     assert_same_pool(np.asarray(out), scatter_reference(*[np.asarray(a) for a in b]))
 
 
-def fresh_python(script: str, *flags: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def fresh_child(script: str, *flags: str) -> Child:
     """``python FLAGS -c script`` in a new process: this repository first on its path, x64 on (``JAX_ENABLE_X64``).
 
     For what one process cannot show twice: which modules a first call
     imports, which warnings it emits. x64 comes from the environment, so the
     script need not call ``jax.config`` (nor risk a warning doing so).
     """
-    env = dict(os.environ, JAX_ENABLE_X64="1", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, *flags, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    return Child([*flags, "-c", script], set_env={"JAX_ENABLE_X64": "1", "PYTHONPATH": path}, cwd=str(ROOT))
 
 
 def lower_for_cuda(f, *shapes, donate=True) -> str:
@@ -107,7 +106,7 @@ def assert_one_bare_mosaic_call(text: str, windowed: bool = False) -> None:
     assert "tf.aliasing_output = 0" in text
 
 
-# Appended to a script by run_clear_of_the_triton_lowering: the import probe never ran, neither module is loaded.
+# Appended to a script by clear_of_the_triton_lowering: the import probe never ran, neither module is loaded.
 _TRITON_LOWERING_UNTOUCHED = f"""
 import sys
 from kv_canary_jax import implementations as _implementations
@@ -118,21 +117,27 @@ assert not _imported, _imported
 """
 
 
-def run_clear_of_the_triton_lowering(script: str) -> str:
-    """``script``'s stdout, run fresh with DeprecationWarnings as errors; fails if it probed or imported the Triton lowering.
+def clear_of_the_triton_lowering(script: str) -> Child:
+    """A fresh process running ``script`` with DeprecationWarnings as errors, then checking that it neither probed
+    nor imported the Triton lowering (``printed_clear_of_the_triton_lowering`` reads it).
 
     The probe is checked as well as the modules: under ``-W error`` a warning
     raised by the import would make the probe report the lowering missing,
     and the module would not stay in ``sys.modules``.
     """
-    done = fresh_python(script + _TRITON_LOWERING_UNTOUCHED, "-W", "error::DeprecationWarning")
+    return fresh_child(script + _TRITON_LOWERING_UNTOUCHED, "-W", "error::DeprecationWarning")
+
+
+def printed_clear_of_the_triton_lowering(child: Child) -> str:
+    """``child``'s stdout (a ``clear_of_the_triton_lowering`` child); fails with its stderr if it failed."""
+    done = child.run()
     assert done.returncode == 0, done.stderr[-4000:]
     return done.stdout.strip()
 
 
 # The frontend's default in a fresh process: first on this machine as it is (the CPU's XLA path), the lowering
 # modules checked right after, then with a Hopper GPU simulated (capability 9.0: planning, lowering for CUDA and
-# running the default); run_clear_of_the_triton_lowering checks the probe and the modules at the end. A line of
+# running the default); clear_of_the_triton_lowering checks the probe and the modules at the end. A line of
 # output per part: the pool each part's call leaves.
 DEFAULT_CALLS = f"""
 import sys
@@ -154,7 +159,9 @@ print(np.asarray(pool).tolist())
 """
 
 
-@functools.cache
+DEFAULT_CALLS_RUN = clear_of_the_triton_lowering(DEFAULT_CALLS)  # the tests that read it carry its .ahead
+
+
 def default_calls_clear_of_the_triton_lowering() -> list[str]:
-    """``DEFAULT_CALLS``' lines, run once per test process by ``run_clear_of_the_triton_lowering``."""
-    return run_clear_of_the_triton_lowering(DEFAULT_CALLS).splitlines()
+    """``DEFAULT_CALLS``' lines, from its one run in this process."""
+    return printed_clear_of_the_triton_lowering(DEFAULT_CALLS_RUN).splitlines()

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import torch
+
+from tests.children import ROOT, Child
 
 
 def device_for(backend: str) -> str:
@@ -96,11 +95,12 @@ print(json.dumps(facts))
 """
 
 
-@functools.cache
+FIRST_CALLS_RUN = Child(["-c", FIRST_CALLS], unset=["JAX_ENABLE_X64"])  # the tests that read it carry its .ahead
+
+
 def first_calls_in_a_fresh_process() -> dict:
-    """``FIRST_CALLS``' facts (run once per test process); an ``AssertionError`` with its stderr if it failed."""
-    env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}
-    done = subprocess.run([sys.executable, "-c", FIRST_CALLS], capture_output=True, text=True, env=env, timeout=300)
+    """``FIRST_CALLS``' facts (its one run in this process); an ``AssertionError`` with its stderr if it failed."""
+    done = FIRST_CALLS_RUN.run()
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
@@ -121,18 +121,17 @@ print(json.dumps(printed))
 """
 
 
+def _sm90_arguments() -> list[str]:
+    return ["-c", _RUN_SM90, *[part for name, script in SM90_SCRIPTS.items() for part in (name, script)]]
+
+
+# Every registered script in one run (the tests that read it carry its .ahead); Triton compiles, not interprets.
+SM90_RUN = Child(_sm90_arguments, unset=["TRITON_INTERPRET"],
+                 set_env={"PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}, timeout=600)
+
+
 def compiled_for_sm90(name: str) -> str:
     """What ``SM90_SCRIPTS[name]`` printed, from the one run of every registered script; fails with the run's stderr."""
-    return _run_sm90_scripts(tuple(SM90_SCRIPTS))[name]
-
-
-@functools.cache
-def _run_sm90_scripts(names: tuple[str, ...]) -> dict:
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    arguments = [part for name in names for part in (name, SM90_SCRIPTS[name])]
-    done = subprocess.run([sys.executable, "-c", _RUN_SM90, *arguments], env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = SM90_RUN.run()
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+    return json.loads(done.stdout)[name]

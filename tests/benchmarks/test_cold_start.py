@@ -3,28 +3,33 @@
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
 
+from tests.children import Child
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
 CASES = ("after_short_process", "after_killed_process", "never_run")
+
+
+def cold_start(cases: tuple[str, ...]) -> Child:
+    return Child([str(ROOT / "benchmarks" / "cold_start.py"), "--calls", "8", "--early", "3", "5", "--settled", "6", "8",
+                  "--a-seconds", "0.3", "--json", *(f"--case={c}" for c in cases)],
+                 set_env={"TRITON_INTERPRET": "1"}, timeout=600)
 
 
 # By default the case with a kill (process A killed in its first call, then B); every case in the slow set. A
 # case is a few fresh interpreters with torch (seconds each here), and B is the same child in each.
-@pytest.mark.parametrize("cases", [pytest.param(("after_killed_process",), id="killed"),
-                                   pytest.param(CASES, id="every-case", marks=pytest.mark.slow)])
+RUNS = {("after_killed_process",): cold_start(("after_killed_process",)), CASES: cold_start(CASES)}
+
+
+@pytest.mark.parametrize("cases", [
+    pytest.param(("after_killed_process",), id="killed", marks=RUNS["after_killed_process",].ahead),
+    pytest.param(CASES, id="every-case", marks=[pytest.mark.slow, RUNS[CASES].ahead]),
+])
 def test_each_case_runs_and_reports_its_figures(cases):
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cold_start.py"), "--calls", "8", "--early", "3", "5",
-                           "--settled", "6", "8", "--a-seconds", "0.3", "--json", *(f"--case={c}" for c in cases)],
-                          env=env, capture_output=True, text=True, timeout=600)
+    done = RUNS[cases].run()
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout)
     assert tuple(results["cases"]) == cases

@@ -6,14 +6,13 @@ On the GPU machine the same script runs under compute-sanitizer (see its docstri
 from __future__ import annotations
 
 import importlib.util
-import os
 import pathlib
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+
+from tests.children import Child
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "memcheck_corpus.py"
@@ -69,16 +68,23 @@ def test_the_comparison_allows_any_writer_of_a_shared_cell_and_nothing_else():
     assert mc.mismatches(flat_in, offsets, rows, pool, got, start_cols) == 1
 
 
+def script_run(kernels: tuple[str, ...]) -> Child:
+    return Child([str(SCRIPT), "--cases", "8", "--per-launch", "2", "--kernels", *kernels],
+                 set_env={"TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)})
+
+
 # By default a kernel of each framework; the slow set adds the assignment's, the torch backend's and interpreted Pallas.
+ONE_A_FRAMEWORK = ("torch/triton", "jax/xla")
+FIVE = ("torch/triton", "torch/assign", "torch/torch", "jax/xla", "jax/pallas")
+SCRIPT_RUNS = {kernels: script_run(kernels) for kernels in (ONE_A_FRAMEWORK, FIVE)}
+
+
 @pytest.mark.parametrize("kernels, storage_cases", [
-    pytest.param(("torch/triton", "jax/xla"), 8, id="one-a-framework"),
-    pytest.param(("torch/triton", "torch/assign", "torch/torch", "jax/xla", "jax/pallas"), 16, id="five",
-                 marks=pytest.mark.slow),
+    pytest.param(ONE_A_FRAMEWORK, 8, id="one-a-framework", marks=SCRIPT_RUNS[ONE_A_FRAMEWORK].ahead),
+    pytest.param(FIVE, 16, id="five", marks=[pytest.mark.slow, SCRIPT_RUNS[FIVE].ahead]),
 ])
 def test_the_script_runs_on_the_cpu(kernels, storage_cases):
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
-    command = [sys.executable, str(SCRIPT), "--cases", "8", "--per-launch", "2", "--kernels", *kernels]
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    result = SCRIPT_RUNS[kernels].run()
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     summary = re.search(r"cases run: (\d+) .* storage cases: (\d+), mismatches: (\d+), kernels: (.*)", result.stdout)
     assert summary is not None, result.stdout

@@ -32,7 +32,7 @@ from tests.contract import (  # noqa: E402
 )
 from tests.jax_support import (  # noqa: E402
     assert_one_bare_mosaic_call, check_donation_writes_in_place, check_unavailable_falls_through,
-    check_vmap_over_pools_and_over_batches, default_calls_clear_of_the_triton_lowering, lower_for_cuda,
+    check_vmap_over_pools_and_over_batches, DEFAULT_CALLS_RUN, default_calls_clear_of_the_triton_lowering, lower_for_cuda,
 )
 from tests.profiles import property_settings  # noqa: E402
 from tests.strategies import large_batch, sentinel_pool  # noqa: E402
@@ -340,6 +340,7 @@ def test_the_default_per_compute_capability(monkeypatch, capability):
     assert implementations.choice(None, None, False) == (("cuda", expected), *tpu, (None, "xla"))
 
 
+@DEFAULT_CALLS_RUN.ahead
 def test_on_hopper_the_default_never_touches_the_triton_lowering():
     """Capability 9.0 simulated, in a fresh process, DeprecationWarnings as errors: planning, lowering and running
     the default never probe nor import Pallas' Triton lowering (JAX 0.11 warns on its import)."""

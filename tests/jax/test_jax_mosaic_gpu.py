@@ -21,7 +21,7 @@ from kv_canary_jax import implementations, platforms  # noqa: E402
 from kv_canary_jax.api import scatter_req_token_ids  # noqa: E402
 from shared_spec import scatter_reference  # noqa: E402
 from tests.contract import assert_same_pool  # noqa: E402
-from tests.jax_support import run_clear_of_the_triton_lowering  # noqa: E402
+from tests.jax_support import clear_of_the_triton_lowering, printed_clear_of_the_triton_lowering  # noqa: E402
 from tests.profiles import property_settings  # noqa: E402
 from tests.strategies import batches, large_batch, sentinel_pool  # noqa: E402
 
@@ -201,4 +201,4 @@ for out in (eager, jitted, donated):
     np.testing.assert_array_equal(np.asarray(out), scatter_reference(*host))
 print(np.asarray(eager).tolist())
 """
-    assert run_clear_of_the_triton_lowering(script) == "[[14, 15, -1, -1, -1], [10, 11, 12, 13, -1], [-1, -1, -1, -1, -1]]"
+    assert printed_clear_of_the_triton_lowering(clear_of_the_triton_lowering(script)) == "[[14, 15, -1, -1, -1], [10, 11, 12, 13, -1], [-1, -1, -1, -1, -1]]"

@@ -17,6 +17,7 @@ pytest.importorskip("jax")
 from kv_canary_jax import implementations  # noqa: E402
 from shared_spec import errors  # noqa: E402
 from shared_spec.reference import scatter_reference  # noqa: E402
+from tests.jax_support import DEFAULT_CALLS_RUN, default_calls_clear_of_the_triton_lowering  # noqa: E402
 
 TRITON_LOWERING = "jax.experimental.pallas.triton"
 P = "kv-canary: scatter_req_token_ids"
@@ -68,9 +69,8 @@ def test_the_public_function_runs_the_fallback(no_triton_lowering):
     np.testing.assert_array_equal(np.asarray(got), scatter_reference(flat_in, offsets, rows, pool))
 
 
+@DEFAULT_CALLS_RUN.ahead
 def test_nothing_imports_the_lowering_until_pallas_is_chosen():
     """A fresh process: importing the frontend and running the default on the CPU never imports the deprecated
     module (``tests.jax_support.DEFAULT_CALLS``' first part)."""
-    from tests.jax_support import default_calls_clear_of_the_triton_lowering
-
     assert default_calls_clear_of_the_triton_lowering()[0] == "[[0, 0, 0, 0], [0, 1, 2, 3]]"

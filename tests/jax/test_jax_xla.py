@@ -1,9 +1,6 @@
 """The JAX frontend's XLA implementation: the shared contract, each formulation on malformed values, and its lowerings."""
 
-import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,8 +15,9 @@ from kv_canary_jax import scatter_req_token_ids, xla  # noqa: E402
 from kv_canary_jax.conformance import XlaRunner  # noqa: E402
 from shared_spec import scatter_reference  # noqa: E402
 from shared_spec.reference import written_columns  # noqa: E402
-from tests.jax_support import ROOT  # noqa: E402
+from tests.children import Child  # noqa: E402
 from tests.contract import ScatterContract, assert_same_pool  # noqa: E402
+from tests.jax_support import ROOT  # noqa: E402
 from tests.profiles import property_settings  # noqa: E402
 from tests.strategies import INT64_MAX, INT64_MIN, draw_shape, sentinel_pool, token_ids  # noqa: E402
 
@@ -280,13 +278,15 @@ text = jax.jit(xla.scatter).trace(*args).lower().compile().as_text()
 print("conditional(" in text, "scatter(" in text, "while(" in text)
 """
 
+COMPILED_FOR_THE_CPU_RUN = Child(["-c", COMPILED_FOR_THE_CPU], unset=["XLA_FLAGS"],
+                                 set_env={"JAX_ENABLE_X64": "1", "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)})
 
+
+@COMPILED_FOR_THE_CPU_RUN.ahead
 def test_compiled_for_the_cpu_has_no_conditional():
     """XLA's optimized HLO under its default flags (the tests' own lower CPU optimization keeps dead branches):
     the platform index resolved, the enumeration's scatter and its loop past N, on the host that is the device."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    done = subprocess.run([sys.executable, "-c", COMPILED_FOR_THE_CPU], capture_output=True, text=True, timeout=300,
-                          env=dict(env, JAX_ENABLE_X64="1", JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT)), cwd=ROOT)
+    done = COMPILED_FOR_THE_CPU_RUN.run()
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True", "True"]
 

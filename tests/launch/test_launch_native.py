@@ -24,7 +24,7 @@ import torch
 
 from kv_canary.platform import cuda_available
 from kv_canary_torch.launch import native, plan as launch_plan
-from tests.torch_support import SM90_SCRIPTS, compiled_for_sm90, native_module, shared_native_cache
+from tests.torch_support import SM90_RUN, SM90_SCRIPTS, compiled_for_sm90, native_module, shared_native_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -167,6 +167,7 @@ SM90_SCRIPTS["bindable"] = KERNELS_BIND
 
 
 @pytest.mark.skipif(cuda_available(), reason="on a GPU test_torch_gpu.py binds the compiled kernels themselves")
+@SM90_RUN.ahead
 def test_both_kernels_compiled_for_sm90_are_plain_launches():
     assert compiled_for_sm90("bindable") == "bindable"
 

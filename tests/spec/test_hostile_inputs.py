@@ -11,10 +11,7 @@ cannot write is refused, while the JAX frontend returns a new pool and reads
 
 from __future__ import annotations
 
-import os
 import pathlib
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -29,6 +26,7 @@ from kv_canary_jax import scatter_req_token_ids, scatter_req_token_ids_sharded
 from kv_canary_torch import launch_scatter_req_token_ids_kernel
 from shared_spec import errors, scatter_reference
 from shared_spec.arguments import ARGUMENT_NAMES
+from tests.children import Child
 from tests.strategies import sentinel_pool
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -92,35 +90,39 @@ def _same_error_in_both(args_torch, args_jax) -> Exception:
 # -- 1. negative strides into the torch launcher: a crash inside torch.from_dlpack, once ------
 
 
+# The launcher on reversed numpy arrays, each backend, one argument reversed and then all three.
+NEGATIVE_STRIDES = textwrap.dedent(
+    """
+    import numpy as np, torch, jax
+    jax.config.update("jax_enable_x64", True)
+    from kv_canary_torch import launch_scatter_req_token_ids_kernel
+    from shared_spec import scatter_reference
+    from tests.strategies import sentinel_pool
+
+    args = {"flat_in": np.arange(111, 99, -1, dtype=np.int64)[::-1],
+            "offsets": np.array([12, 10, 3, 0], dtype=np.int64)[::-1],
+            "req_pool_indices": np.array([3, 0, 2], dtype=np.int64)[::-1]}
+    assert all(a.strides[0] < 0 for a in args.values())
+    calls = 0
+    for backend in ("torch", "triton", "pallas"):
+        for name in args:   # one reversed argument at a time, then all three
+            for chosen in ((name,), tuple(args)):
+                given = {k: (v if k in chosen else np.ascontiguousarray(v)) for k, v in args.items()}
+                pool = torch.from_numpy(sentinel_pool(4, 5, seed=7))
+                expected = scatter_reference(*(np.ascontiguousarray(v) for v in args.values()), pool.numpy().copy())
+                launch_scatter_req_token_ids_kernel(**given, pool_out=pool, backend=backend)
+                assert (pool.numpy() == expected).all(), (backend, chosen)
+                calls += 1
+    print("calls", calls)
+    """
+)
+NEGATIVE_STRIDES_RUN = Child(["-c", NEGATIVE_STRIDES], set_env={"TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)})
+
+
+@NEGATIVE_STRIDES_RUN.ahead
 def test_negative_stride_numpy_inputs_do_not_kill_the_process():
     """Run in a child process: a regression aborts it (SIGABRT in torch's DLPack import), which no pytest.raises catches."""
-    script = textwrap.dedent(
-        """
-        import numpy as np, torch, jax
-        jax.config.update("jax_enable_x64", True)
-        from kv_canary_torch import launch_scatter_req_token_ids_kernel
-        from shared_spec import scatter_reference
-        from tests.strategies import sentinel_pool
-
-        args = {"flat_in": np.arange(111, 99, -1, dtype=np.int64)[::-1],
-                "offsets": np.array([12, 10, 3, 0], dtype=np.int64)[::-1],
-                "req_pool_indices": np.array([3, 0, 2], dtype=np.int64)[::-1]}
-        assert all(a.strides[0] < 0 for a in args.values())
-        calls = 0
-        for backend in ("torch", "triton", "pallas"):
-            for name in args:   # one reversed argument at a time, then all three
-                for chosen in ((name,), tuple(args)):
-                    given = {k: (v if k in chosen else np.ascontiguousarray(v)) for k, v in args.items()}
-                    pool = torch.from_numpy(sentinel_pool(4, 5, seed=7))
-                    expected = scatter_reference(*(np.ascontiguousarray(v) for v in args.values()), pool.numpy().copy())
-                    launch_scatter_req_token_ids_kernel(**given, pool_out=pool, backend=backend)
-                    assert (pool.numpy() == expected).all(), (backend, chosen)
-                    calls += 1
-        print("calls", calls)
-        """
-    )
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    result = NEGATIVE_STRIDES_RUN.run()
     assert result.returncode == 0, (result.returncode, result.stderr[-3000:])
     assert "calls 18" in result.stdout
 

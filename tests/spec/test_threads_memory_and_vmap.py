@@ -8,8 +8,6 @@ many threads, with temporaries bounded by the arguments' sizes.
 from __future__ import annotations
 
 import functools
-import os
-import subprocess
 import sys
 import textwrap
 import threading
@@ -24,6 +22,7 @@ from jax.experimental import checkify
 from kv_canary_jax import error_from_checkify, scatter_req_token_ids
 from kv_canary_torch import launch_scatter_req_token_ids_kernel, torch_backend
 from shared_spec import errors, scatter_reference
+from tests.children import Child
 from tests.profiles import property_settings
 from tests.strategies import batches, sentinel_pool
 from tests.spec.test_hostile_inputs import ROOT
@@ -124,11 +123,14 @@ _HOSTILE_MEMORY = textwrap.dedent(
 _BOUND = 64 * 2**20
 
 
+HOSTILE_MEMORY_RUN = Child(["-c", _HOSTILE_MEMORY], set_env={"PYTHONPATH": str(ROOT)})
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the peak resident size from /proc/self")
+@HOSTILE_MEMORY_RUN.ahead
 def test_the_torch_backend_memory_is_bounded_on_the_hostile_repeated_offsets():
     """In a child process of torch alone, so that the peak resident size is this call's."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run([sys.executable, "-c", _HOSTILE_MEMORY], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = HOSTILE_MEMORY_RUN.run()
     assert done.returncode == 0, done.stderr[-3000:]
     grew = int(done.stdout.split()[-1])
     assert grew < _BOUND, f"resident memory grew by {grew / 2**20:.0f} MB"

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 pytest.importorskip("jax")
 
 from kv_canary import bench  # noqa: E402
+from tests.children import ROOT, Child  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CASES = [(1, 128, False, False), (2, 64, True, True)]
 
 
@@ -29,15 +27,20 @@ def test_every_case_comes_back_with_its_jax_figures():
         assert measures["jax_xla_us"] > -1e3 and measures["jax_xla_wall_us"] > 0 and measures["jax_dispatch_floor_wall_us"] > 0
 
 
+# The child as bench starts it, then a check that it left torch out.
+JAX_CHILD = (
+    "import runpy, sys\n"
+    f"sys.argv = ['bench', {bench.JAX_CHILD!r}, {json.dumps([list(CASES[0])])!r}]\n"
+    "runpy.run_module('kv_canary.bench_jax', run_name='__main__')\n"
+    "assert 'torch' not in sys.modules, 'the JAX child imported torch'\n"
+)
+JAX_CHILD_RUN = Child(["-c", JAX_CHILD], set_env={"PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")},
+                      timeout=600)
+
+
+@JAX_CHILD_RUN.ahead
 def test_the_child_never_imports_torch():
-    script = (
-        "import runpy, sys\n"
-        f"sys.argv = ['bench', {bench.JAX_CHILD!r}, {json.dumps([list(CASES[0])])!r}]\n"
-        "runpy.run_module('kv_canary.bench_jax', run_name='__main__')\n"
-        "assert 'torch' not in sys.modules, 'the JAX child imported torch'\n"
-    )
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    done = JAX_CHILD_RUN.run()
     assert done.returncode == 0, done.stderr[-3000:]
     assert [tuple(case) for case, _ in json.loads(done.stdout)] == [CASES[0]]
 

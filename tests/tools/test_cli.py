@@ -2,7 +2,7 @@
 
 Most tests call ``main([...])`` in this process over a one- or two-backend,
 few-case subset (the frameworks are already imported, so each takes well under
-a second). What needs a process of its own runs ``python -c`` in a subprocess:
+a second). What needs a process of its own runs ``python -c`` in a child process, started ahead (``tests.children``):
 a framework made to look uninstalled (``sys.modules[name] = None``, which
 makes ``find_spec`` answer None and ``import`` fail, as on a machine without it).
 """
@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
 import pathlib
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -22,6 +19,7 @@ import pytest
 from kv_canary import cli
 from kv_canary.platform import cuda_available
 from shared_spec import errors
+from tests.children import Child
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # One value case, one error case, and a case the JAX frontend (not in place) always skips.
@@ -35,9 +33,9 @@ def run_main(capsys, *argv):
     return code, out, err
 
 
-def run_blocked(blocked, *argv, broken=(), timeout=300):
+def blocked(blocked, *argv, broken=()) -> Child:
     """``kv-canary argv`` in a fresh interpreter where the modules ``blocked`` look uninstalled
-    and the modules ``broken`` are found but fail to import (a mismatched build)."""
+    and the modules ``broken`` are found but fail to import (a mismatched build); ``outcome`` reads it."""
     program = textwrap.dedent(
         f"""
         import importlib.abc, importlib.machinery, sys
@@ -60,9 +58,12 @@ def run_blocked(blocked, *argv, broken=(), timeout=300):
         """
     )
     # Without this test process's setup (conftest's XLA_FLAGS, TRITON_INTERPRET), as a shell would run it.
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64", "TRITON_INTERPRET")}
-    env["PYTHONPATH"] = str(ROOT)
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+    return Child(["-c", program], unset=("XLA_FLAGS", "JAX_ENABLE_X64", "TRITON_INTERPRET"), set_env={"PYTHONPATH": str(ROOT)})
+
+
+def outcome(child: Child) -> tuple[int, str, str]:
+    """A ``blocked`` run's exit code, stdout and stderr; it must not end in a traceback."""
+    done = child.run()
     assert "Traceback" not in done.stderr, done.stderr
     return done.returncode, done.stdout, done.stderr
 
@@ -340,8 +341,12 @@ def test_list_names_backends_and_cases(capsys):
 # -- missing frameworks and no GPU -------------------------------------------------
 
 
+WITHOUT_TORCH_OR_JAX = blocked(["torch", "jax"], "check")
+
+
+@WITHOUT_TORCH_OR_JAX.ahead
 def test_check_without_torch_or_jax_says_once_what_to_install_and_exits_3():
-    code, out, err = run_blocked(["torch", "jax"], "check")
+    code, out, err = outcome(WITHOUT_TORCH_OR_JAX)
     assert code == cli.EXIT_NOTHING_RAN
     assert "skipped torch/*: torch is not installed\n" in out and "skipped jax/*: jax is not installed\n" in out
     assert f"install: {errors.install_hint(['torch', 'jax'])}" in out
@@ -351,30 +356,47 @@ def test_check_without_torch_or_jax_says_once_what_to_install_and_exits_3():
     assert "loading" not in err  # nothing to load
 
 
+LIST_WITHOUT_TORCH = blocked(["torch"], "check", "--list")
+
+
+@LIST_WITHOUT_TORCH.ahead
 def test_check_says_it_loads_only_the_frameworks_that_are_installed():
-    _, _, err = run_blocked(["torch"], "check", "--list")
+    _, _, err = outcome(LIST_WITHOUT_TORCH)
     assert "kv-canary check: loading jax (a few seconds)..." in err and "loading torch" not in err
 
 
+CHECK_WITHOUT_TORCH = blocked(["torch"], "check", "--json", "--quiet", "--backend", "torch", "--backend", "jax/xla",
+                              "--case", "one_request")
+LIST_TORCH_WITHOUT_TORCH = blocked(["torch"], "check", "--list", "--backend", "torch")
+
+
+@CHECK_WITHOUT_TORCH.ahead
+@LIST_TORCH_WITHOUT_TORCH.ahead
 def test_check_without_torch_runs_the_jax_backends_and_counts_the_skip():
-    code, out, _ = run_blocked(["torch"], "check", "--json", "--quiet", "--backend", "torch", "--backend", "jax/xla", "--case", "one_request")
+    code, out, _ = outcome(CHECK_WITHOUT_TORCH)
     assert code == cli.EXIT_OK
     result = json.loads(out)
     assert list(result["runners"]) == ["jax/xla"]
     assert result["skipped"]["torch/*"] == "torch is not installed"
     assert result["install"] == errors.install_hint(["torch"]) and "'kv-canary[torch]'" in result["install"]
     assert result["verdict"] == "OK: 1 backend ran, 1 skipped (torch/*); --strict fails on skips"
-    code, out, _ = run_blocked(["torch"], "check", "--list", "--backend", "torch")
+    code, out, _ = outcome(LIST_TORCH_WITHOUT_TORCH)
     assert "  torch/*  (cannot run here: torch is not installed)\n" in out
     assert f"install: {errors.install_hint(['torch'])}\n" in out
 
 
+CHECK_BROKEN = blocked([], "check", "--case", "one_request", broken=["torch", "jax"])
+BENCH_BROKEN = blocked([], "bench", broken=["torch"])
+
+
+@CHECK_BROKEN.ahead
+@BENCH_BROKEN.ahead
 def test_a_framework_that_does_not_import_is_reported_not_raised():
-    code, out, _ = run_blocked([], "check", "--case", "one_request", broken=["torch", "jax"])
+    code, out, _ = outcome(CHECK_BROKEN)
     assert code == cli.EXIT_NOTHING_RAN
     assert "skipped torch/*: torch is installed but does not import (ImportError: simulated broken torch)" in out
     assert "skipped jax/*: jax is installed but does not import (ImportError: simulated broken jax)" in out
-    code, _, err = run_blocked([], "bench", broken=["torch"])
+    code, _, err = outcome(BENCH_BROKEN)
     assert code == cli.EXIT_NOTHING_RAN and "torch is installed but does not import" in err
 
 
@@ -394,9 +416,13 @@ def test_bench_case_errors_are_usage_errors_before_anything_loads(capsys, args, 
     assert "loading torch" not in err
 
 
-@pytest.mark.parametrize("as_json", [False, True])
+BENCH_WITHOUT_FRAMEWORKS = {as_json: blocked(["torch", "triton", "jax"], "bench", *(["--json"] if as_json else []))
+                            for as_json in (False, True)}
+
+
+@pytest.mark.parametrize("as_json", [pytest.param(as_json, marks=run.ahead) for as_json, run in BENCH_WITHOUT_FRAMEWORKS.items()])
 def test_bench_without_frameworks_says_once_what_to_install_and_exits_3(as_json):
-    code, out, err = run_blocked(["torch", "triton", "jax"], "bench", *(["--json"] if as_json else []))
+    code, out, err = outcome(BENCH_WITHOUT_FRAMEWORKS[as_json])
     assert code == cli.EXIT_NOTHING_RAN
     reason = errors.not_installed(["torch", "triton", "jax"])
     assert reason.startswith("torch, triton and jax are not installed; pip install 'kv-canary[cpu]'")
@@ -408,8 +434,12 @@ def test_bench_without_frameworks_says_once_what_to_install_and_exits_3(as_json)
         assert out == ""
 
 
+INCREMENTAL_WITHOUT_TORCH = blocked(["torch", "triton"], "bench", "--incremental")
+
+
+@INCREMENTAL_WITHOUT_TORCH.ahead
 def test_bench_incremental_needs_torch_and_triton_alone():
-    code, _, err = run_blocked(["torch", "triton"], "bench", "--incremental")
+    code, _, err = outcome(INCREMENTAL_WITHOUT_TORCH)
     assert code == cli.EXIT_NOTHING_RAN
     assert err.strip().endswith(f"kv-canary bench: nothing ran: {errors.not_installed(['torch', 'triton'])}")
 

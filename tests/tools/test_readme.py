@@ -1,7 +1,7 @@
 """The README and the docs pages as a newcomer uses them.
 
 - Every ```python block, of the README and of every page under docs/, runs as
-  written: in a fresh interpreter, from an empty directory, with none of this
+  written: in a fresh interpreter (started ahead: ``tests.children``), from an empty directory, with none of this
   test process's setup (conftest's ``XLA_FLAGS``, x64 and ``TRITON_INTERPRET``
   are removed from the environment), so a block gets only what it sets itself.
   The package is found through ``PYTHONPATH`` (the README's ``pip install -e``
@@ -22,15 +22,14 @@
 
 from __future__ import annotations
 
-import os
 import pathlib
 import re
 import shlex
-import subprocess
-import sys
 import tomllib
 
 import pytest
+
+from tests.children import Child
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 README_PATH = ROOT / "README.md"
@@ -72,13 +71,15 @@ def test_the_readme_has_one_example_per_frontend_and_the_docs_the_rest():
     assert any("scatter_req_token_ids_sharded" in code for page, code in BLOCKS if page.name == "jax.md")
 
 
-@pytest.mark.parametrize("page, block", BLOCKS, ids=[block_id(p, b) for p, b in BLOCKS])
-def test_block_runs_as_written(page, block, tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in TEST_SETUP}
-    env["PYTHONPATH"] = str(ROOT)
-    done = subprocess.run(
-        [sys.executable, "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
+# Each block's run: a fresh interpreter in an empty directory of its own, started ahead (tests.children).
+BLOCK_RUNS = [Child(["-c", block], unset=TEST_SETUP, set_env={"PYTHONPATH": str(ROOT)}, cwd=None) for _, block in BLOCKS]
+
+
+@pytest.mark.parametrize("page, block, run", [
+    pytest.param(page, block, run, marks=run.ahead, id=block_id(page, block)) for (page, block), run in zip(BLOCKS, BLOCK_RUNS)
+])
+def test_block_runs_as_written(page, block, run):
+    done = run.run()
     assert done.returncode == 0, f"{page.name} block failed:\n{block}\n--- stderr ---\n{done.stderr}"
 
 

@@ -9,8 +9,6 @@ exact class and message, and the pool untouched after every one.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -24,6 +22,7 @@ from shared_spec import checks, errors
 from shared_spec.arguments import ARGUMENTS, ARGUMENT_NAMES
 from shared_spec.checks import ArrayView, NotAnArray, first_error
 from shared_spec.values import raise_first_value_error
+from tests.children import ROOT, Child
 from tests.profiles import property_settings
 from tests.torch_support import as_numpy, device_for, sentinel
 
@@ -274,26 +273,29 @@ def test_backend_runs_the_named_implementation(monkeypatch, backend, ran):
     assert calls == [ran]
 
 
+# Triton reads TRITON_INTERPRET when the kernel is defined: a fresh process without it, and without a GPU.
+TRITON_WITHOUT_INTERPRETER = (
+    "import torch\n"
+    "from kv_canary_torch import launch_scatter_req_token_ids_kernel as launch\n"
+    "pool = torch.full((2, 3), -5, dtype=torch.int32)\n"
+    "args = dict(flat_in=torch.tensor([1, 2]), offsets=torch.tensor([0, 2]), req_pool_indices=torch.tensor([1]), pool_out=pool)\n"
+    "try:\n"
+    "    launch(**args, backend='triton')\n"
+    "except ValueError as error:\n"
+    "    print(type(error).__name__, error, sep='|')\n"
+    "assert (pool == -5).all()\n"
+    "launch(**args)  # auto still runs, on torch\n"
+    "assert pool.tolist() == [[-5, -5, -5], [1, 2, -5]], pool\n"
+)
+TRITON_WITHOUT_INTERPRETER_RUN = Child(
+    ["-c", TRITON_WITHOUT_INTERPRETER], unset=["TRITON_INTERPRET"],
+    set_env={"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")},
+)
+
+
+@TRITON_WITHOUT_INTERPRETER_RUN.ahead
 def test_triton_on_the_cpu_without_the_interpreter_is_unavailable():
-    # Triton reads TRITON_INTERPRET when the kernel is defined: a fresh process without it.
-    code = (
-        "import torch\n"
-        "from kv_canary_torch import launch_scatter_req_token_ids_kernel as launch\n"
-        "pool = torch.full((2, 3), -5, dtype=torch.int32)\n"
-        "args = dict(flat_in=torch.tensor([1, 2]), offsets=torch.tensor([0, 2]), req_pool_indices=torch.tensor([1]), pool_out=pool)\n"
-        "try:\n"
-        "    launch(**args, backend='triton')\n"
-        "except ValueError as error:\n"
-        "    print(type(error).__name__, error, sep='|')\n"
-        "assert (pool == -5).all()\n"
-        "launch(**args)  # auto still runs, on torch\n"
-        "assert pool.tolist() == [[-5, -5, -5], [1, 2, -5]], pool\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    done = TRITON_WITHOUT_INTERPRETER_RUN.run()
     assert done.returncode == 0, done.stderr
     expected = errors.unavailable_error("backend", "triton", errors.TRITON_NEEDS_CUDA)
     assert done.stdout.strip() == f"KvCanaryValueError|{expected}"

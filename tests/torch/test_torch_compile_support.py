@@ -41,7 +41,7 @@ from kv_canary_torch import launch_scatter_req_token_ids_kernel
 from shared_spec import errors, scatter_reference
 from tests.spec.test_hostile_inputs import FLAT_IN, OFFSETS, ROWS
 from tests.strategies import sentinel_pool
-from tests.torch_support import device_for
+from tests.torch_support import FIRST_CALLS_RUN, device_for, first_calls_in_a_fresh_process
 
 
 def _pool() -> np.ndarray:
@@ -239,8 +239,7 @@ def test_the_constant_marker_is_the_one_torchs_decorator_sets():
     assert vars(ours) == vars(theirs) == {traced.MARKER: True}
 
 
+@FIRST_CALLS_RUN.ahead
 def test_importing_the_frontend_imports_no_dynamo():
     """A serving worker that never compiles pays no TorchDynamo import (about a second on the CPU machine)."""
-    from tests.torch_support import first_calls_in_a_fresh_process
-
     assert first_calls_in_a_fresh_process()["dynamo_after_import"] is False

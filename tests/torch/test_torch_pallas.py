@@ -15,7 +15,7 @@ from shared_spec import errors, scatter_reference  # noqa: E402
 from tests.contract import INTERPRETED_CASE_EVERY, ScatterContract  # noqa: E402
 from tests.profiles import property_settings  # noqa: E402
 from tests.strategies import batches, large_batch  # noqa: E402
-from tests.torch_support import first_calls_in_a_fresh_process  # noqa: E402
+from tests.torch_support import FIRST_CALLS_RUN, first_calls_in_a_fresh_process  # noqa: E402
 
 
 class TestTorchPallas(ScatterContract):
@@ -29,6 +29,7 @@ class TestTorchPallas(ScatterContract):
         return TorchRunner("pallas")
 
 
+@FIRST_CALLS_RUN.ahead
 def test_pallas_backend_needs_no_global_x64():
     """A torch user never touches JAX's configuration: the backend scopes x64 to its own call.
 
@@ -188,6 +189,7 @@ def test_the_choice_is_cached_per_device_type(fresh_choice):
     assert calls == ["cpu"]
 
 
+@FIRST_CALLS_RUN.ahead
 def test_choosing_another_backend_imports_no_jax():
     """In a fresh interpreter: resolving and running 'torch' and 'auto' never imports JAX."""
     facts = first_calls_in_a_fresh_process()

@@ -7,7 +7,7 @@ from kv_canary_torch.conformance import TorchRunner
 from kv_canary_torch.launch import plan
 from tests.contract import ScatterContract
 from tests.strategies import large_batch
-from tests.torch_support import SM90_SCRIPTS, compiled_for_sm90
+from tests.torch_support import SM90_RUN, SM90_SCRIPTS, compiled_for_sm90
 
 
 class TestTorchTriton(ScatterContract):
@@ -113,5 +113,6 @@ SM90_SCRIPTS["lanes and tiled"] = COMPILE_FOR_SM90
 
 
 @pytest.mark.skipif(cuda_available(), reason="on a GPU the contract above runs the compiled kernel itself")
+@SM90_RUN.ahead
 def test_kernel_compiles_for_sm90():
     assert compiled_for_sm90("lanes and tiled") == "compiled"
