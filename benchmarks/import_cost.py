@@ -8,7 +8,8 @@ statement below, in turns (the order the same every round, so a slow minute of t
 alike); per statement the median wall time of its rounds, and the two differences that matter: ``import
 kv_canary_torch`` less ``import torch``, ``import kv_canary_jax`` less ``import jax``. Whether a frontend's import
 leaves ``torch._dynamo`` out of the process (an eager worker never traces, and Dynamo is most of a second of a start)
-is reported as a yes or no, from the last round's child. A framework that is not installed is skipped and said so.
+is reported as a yes or no, from one more child after the rounds. A framework that is not installed is skipped and
+said so.
 Exit status 0.
 """
 
@@ -35,11 +36,17 @@ FRAMEWORK = {"torch": "torch", "kv_canary_torch": "torch", "jax": "jax", "kv_can
 NO_DYNAMO = "import sys, kv_canary_torch; print('torch._dynamo' not in sys.modules)"
 
 
-def fresh_seconds(statement: str) -> float:
-    """Wall seconds of a fresh interpreter that runs ``statement`` and exits (this repository on its path)."""
+def fresh(statement: str) -> str:
+    """What a fresh interpreter that runs ``statement`` prints (this repository first on its path)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    return subprocess.run([sys.executable, "-c", statement], env=env, cwd=ROOT, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def fresh_seconds(statement: str) -> float:
+    """Wall seconds of ``fresh(statement)``."""
     began = time.perf_counter()
-    subprocess.run([sys.executable, "-c", statement], env=env, cwd=ROOT, check=True)
+    fresh(statement)
     return time.perf_counter() - began
 
 
@@ -58,10 +65,7 @@ def measure(rounds: int) -> dict:
         if frontend in figures:
             out[f"{frontend}_over_{framework}_s"] = figures[frontend]["median_s"] - figures[framework]["median_s"]
     if "kv_canary_torch" in figures:
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        answer = subprocess.run([sys.executable, "-c", NO_DYNAMO], env=env, cwd=ROOT, check=True,
-                                capture_output=True, text=True).stdout.strip()
-        out["kv_canary_torch_leaves_dynamo_out"] = answer == "True"
+        out["kv_canary_torch_leaves_dynamo_out"] = fresh(NO_DYNAMO) == "True"
     return out
 
 

@@ -37,7 +37,7 @@ def test_each_statement_runs_every_round_and_the_difference_is_of_medians(script
     monkeypatch.setattr(script, "fresh_seconds", lambda statement: ran.append(statement) or next(seconds))
     figures = script.measure(3)
     assert ran == ["import json", "import json, csv"] * 3
-    torch_s, frontend_s = figures["seconds"]["torch"], figures["seconds"]["kv_canary_torch"]
+    torch_s = figures["seconds"]["torch"]
     assert (torch_s["median_s"], torch_s["min_s"], torch_s["max_s"]) == (0.4, 0.3, 0.5)
     assert figures["kv_canary_torch_over_torch_s"] == pytest.approx(statistics.median([0.9, 0.7, 0.8]) - 0.4)
     assert figures["skipped"] == ["jax", "kv_canary_jax"] and "kv_canary_jax_over_jax_s" not in figures
