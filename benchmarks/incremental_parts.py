@@ -8,16 +8,16 @@ On a GPU (the pool on CUDA, the launch the Triton backend): a sync before each c
 stream idle, as a decode loop's does; besides the host figures, *step wall* times the step until
 ``torch.cuda.synchronize()`` after it returns; both again with the writer copying through torch's ``copy_`` rather
 than the driver's copy. The parts: the H2D copy of a step's kept views (torch's, and the driver's through the native
-piece), the launch on them,
+piece), the launch on them (through the launcher, and its call path's one C call as the step takes it),
 ``torch.cuda.Event.record`` on a kept stream, ``Event.synchronize`` of a completed event, ``torch.cuda.current_stream``
 and the raw stream id the step reads each call. On the CPU (no CUDA) the writer runs its ring with fake events (no-op
 ``record`` and ``synchronize``) and only the step without its launch is timed: the step's Python and numpy packing and
 the CPU copy; the GPU-only figures are not printed.
-The step's own parts are shown as they run inside it: the tokens list into the slot by the native piece's
-``store_ints`` (GPU) and into an ``array("q")`` (``_flat``, the way without the piece; *step, array('q') packing*
-is the whole step that way), one
-``_int_array`` (each of rows and start_cols), a slot's acquire and release (``_acquire``, ``_release``; an event
-every ``_FENCE_EVERY`` releases), the kept views' lookup, the three host copies into the slot.
+The step's own parts are shown as they run inside it: the tokens list, rows and start_cols into the slot by the
+native piece's ``stage_ints`` (GPU), and the way without the piece (*step, Python packing* is the whole step that
+way): the list into an ``array("q")`` (``_flat``), one ``_int_array`` (each of rows and start_cols), the three host
+copies into the slot; a slot's acquire and release (``_acquire``, ``_release``; an event every ``_FENCE_EVERY``
+releases), the kept views' lookup.
 """
 
 from __future__ import annotations
@@ -85,13 +85,14 @@ def parts(bs: int, calls: int, cuda: bool) -> dict:
         out["step, torch's copy"] = median_us(step, calls, sync)
         out["step wall, torch's copy"] = wall_us(step, calls)
         writer._one_device = True
-        # ... and packing the list through array("q") instead of the native piece's store_ints
-        int_store, inc.launch_dispatch.int_store = inc.launch_dispatch.int_store, lambda: None
-        writer._store = None
+        # ... and packed in Python (array("q"), numpy copies) instead of by the native piece's stage_ints
+        int_stage, inc.launch_dispatch.int_stage = inc.launch_dispatch.int_stage, lambda: None
+        writer._stage = None
         try:
-            out["step, array('q') packing"] = median_us(step, calls, sync)
+            out["step, Python packing"] = median_us(step, calls, sync)
         finally:
-            inc.launch_dispatch.int_store = int_store
+            inc.launch_dispatch.int_stage = int_stage
+            writer._stage = None
     real = inc.launch_scatter_req_token_ids_kernel
     inc.launch_scatter_req_token_ids_kernel = lambda **kw: None
     try:
@@ -103,7 +104,8 @@ def parts(bs: int, calls: int, cuda: bool) -> dict:
     flat, _ = writer._flat(new)
     out["tokens list -> array('q')"] = median_us(lambda: writer._flat(new), calls)
     out["one _int_array"] = median_us(lambda: inc._int_array(rows), calls)
-    out["acquire + release"] = median_us(lambda: writer._release(writer._acquire()), calls, sync)
+    raw = writer._stream_id()
+    out["acquire + release"] = median_us(lambda: writer._release(writer._acquire(raw), raw), calls, sync)
     out["kept views"] = median_us(lambda: writer._views(0, bs, bs), calls)
     out["three host copies"] = median_us(lambda: (views[7].__setitem__(slice(None), flat),
                                                  np.copyto(views[8], rows), np.copyto(views[9], cols)), calls)
@@ -111,14 +113,16 @@ def parts(bs: int, calls: int, cuda: bool) -> dict:
     if cuda:
         from kv_canary_torch.launch import dispatch
 
-        copy, store = dispatch.device_copy(), dispatch.int_store()
+        copy, stage = dispatch.device_copy(), dispatch.int_stage()
         if copy is not None:
             out["driver's copy"] = median_us(lambda: copy(*views[10], writer._stream_id()), calls, sync)
-        if store is not None:
-            out["tokens list -> store_ints"] = median_us(lambda: store(new, views[11], bs), calls)
+        if stage is not None:
+            out["stage_ints"] = median_us(lambda: stage(new, rows, cols, *views[11]), calls)
         out["launch"] = median_us(lambda: inc.launch_scatter_req_token_ids_kernel(
             flat_in=flat_in, offsets=offsets, req_pool_indices=rows_in, pool_out=pool, start_cols=cols_in,
             backend=writer.backend), calls, sync)
+        out["launch, call path"] = median_us(lambda: dispatch.call_bound(
+            writer.backend, flat_in, offsets, rows_in, pool, cols_in), calls, sync)
         event, stream = torch.cuda.Event(), torch.cuda.current_stream()
         out["Event.record(stream)"] = median_us(lambda: event.record(stream), calls, sync)
         out["Event.synchronize (done)"] = median_us(event.synchronize, calls, sync)

@@ -12,9 +12,10 @@ compared with ``shared_spec.reference.scatter_reference`` after its timing; a mi
    ``1..bs`` holding the requests' tokens so far, and a request state of its own: every request's token ids (numpy
    int64, the cheap form of a runtime's per-request lists) and lengths, starting at ``context``. Before each step the
    sampler's output, one new token per request as a Python list of ints, is appended to the state (untimed: the
-   runtime's own work); then the step is timed: *host* until it returns, *wall* until ``torch.cuda.synchronize()``
-   after it returns (a sync after every step, so no step overlaps the next); each figure the median over every timed
-   step of every round.
+   runtime's own work); then the step is timed: *host* until it returns, *wall* until the device's synchronize
+   (``torch._C._cuda_synchronize``: ``torch.cuda.synchronize`` without its Python device guard) returns after it (a
+   sync after every step, so no step overlaps the next); each figure the median over every timed step of every
+   round. An empty step (``empty``) takes its turns too: its wall is the timer's own cost, in every step's wall.
    - ``full_pageable``, ``full_pinned``: sglang's full-snapshot step (``_populate_expected_token_pool``): a host
      snapshot of every request's whole token ids (one ``np.concatenate``; pageable: a new array, pinned: into one
      reused page-locked ``flat_in``), the lengths' cumulative sum into a new pinned offsets tensor (``.item()`` for the
@@ -87,6 +88,12 @@ def append_columns(offsets, width: int, seed: int = 0) -> np.ndarray:
 
 def _sync(torch, device: str):
     return torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+
+def _device_sync(torch, device: str):
+    """The steps' wall timer's wait: the current device's synchronize itself (``torch.cuda.synchronize`` less its
+    Python device guard, which costs microseconds of the timer's own), a no-op off CUDA."""
+    return getattr(torch._C, "_cuda_synchronize", torch.cuda.synchronize) if device == "cuda" else (lambda: None)
 
 
 # -- 1. the serving step -------------------------------------------------------------
@@ -192,7 +199,8 @@ def step_figures(torch, bs: int, context: int, config: Config) -> dict:
                        ("incremental", lambda p: IncrementalStep(p, bs, config.backend))):
         out = pool()
         runs[name] = (make(out), Requests(tokens, context), out)
-    sync, clock = _sync(torch, config.device), time.perf_counter_ns
+    runs["empty"] = (lambda requests, new: None, Requests(tokens, context), None)  # the timer's own cost
+    sync, clock = _device_sync(torch, config.device), time.perf_counter_ns
 
     def timed(run):
         step, requests, _ = run
@@ -209,10 +217,11 @@ def step_figures(torch, bs: int, context: int, config: Config) -> dict:
     samples = bench.interleaved_samples(runs, timed, config.step_rounds)
     figures = {}
     for name, (_, requests, out) in runs.items():
-        lengths = requests.lengths
-        offsets = np.concatenate([[0], np.cumsum(lengths)])
-        expected = scatter_reference(np.concatenate(requests.snapshot_views()), offsets, np.arange(1, bs + 1), start)
-        assert np.array_equal(out.cpu().numpy(), expected), f"step {name} at {bs}x{context}: the pool differs from the reference"
+        if out is not None:
+            lengths = requests.lengths
+            offsets = np.concatenate([[0], np.cumsum(lengths)])
+            expected = scatter_reference(np.concatenate(requests.snapshot_views()), offsets, np.arange(1, bs + 1), start)
+            assert np.array_equal(out.cpu().numpy(), expected), f"step {name} at {bs}x{context}: the pool differs from the reference"
         host, wall, snapshot = ([timed_[i] for round_ in samples[name] for timed_ in round_] for i in (0, 1, 2))
         host, wall = bench_host.summary(host), bench_host.summary(wall)
         figures[name] = {"wall_us": wall["median_us"], "wall_p90_us": wall["p90_us"],
@@ -339,18 +348,20 @@ def render(figures: dict) -> str:
             "One decode step (one new token per request) as sglang's full-snapshot step runs it (every request's "
             "whole token ids snapshot on the host, pageable or into a pinned `flat_in`, copied and scattered) beside "
             "`IncrementalWriter`'s step (the new tokens alone, written at each request's length: one pinned buffer, "
-            "one copy, one launch). Us per step, median over the steps of interleaved rounds: *wall* until "
-            "`torch.cuda.synchronize()` after the step returns, *host* until it returns, *snapshot* the host's "
-            "concatenation of every request's ids alone (`kv_canary/bench_incremental.py`)."),
+            "one copy, one launch). Us per step, median over the steps of interleaved rounds: *wall* until the "
+            "device's synchronize (`torch._C._cuda_synchronize()`) returns after the step, *host* until it returns, "
+            "*snapshot* the host's concatenation of every request's ids alone; *timer* the wall of an empty step "
+            "taking its turns too, the timer's own cost in every wall (`kv_canary/bench_incremental.py`)."),
     ]
     lines = ["| requests x context | snapshot tokens | full pageable wall / host (snapshot) "
              "| full pinned wall / host (snapshot) | incremental wall / host | pinned / incremental "
-             "| pinned less snapshot / incremental |", "|---|---:|---:|---:|---:|---:|---:|"]
+             "| pinned less snapshot / incremental | timer |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in figures["steps"]:
         cells = [f"{r[k]['wall_us']:.1f} / {r[k]['host_us']:.1f}" + (f" ({r[k]['snapshot_us']:.1f})" if "snapshot_us" in r[k] else "")
                  for k in ("full_pageable", "full_pinned", "incremental")]
         lines.append(f"| {r['bs']} x {r['context']} | {r['snapshot_tokens']} | " + " | ".join(cells)
-                     + f" | {r['pinned_over_incremental']:.1f}x | {r['pinned_unbuilt_over_incremental']:.1f}x |")
+                     + f" | {r['pinned_over_incremental']:.1f}x | {r['pinned_unbuilt_over_incremental']:.1f}x"
+                     + f" | {r['empty']['wall_us']:.1f} |")
     parts.append("\n".join(lines))
     parts += [
         "## torch: the windowed Triton kernel against the unwindowed one",

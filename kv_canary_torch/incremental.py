@@ -11,7 +11,9 @@ and the first columns into the next staging slot, copies the used part of it to 
 one asynchronous copy on the current stream, and launches once on views of the device slot. The copy is the driver's
 (``cuMemcpyHtoDAsync`` through the launcher's native piece, once the piece is loaded and where the process sees one
 device: 2.8-4.3 us of host time where torch's ``copy_`` costs 4.9-7.8, and a step 13-27 us where it is 15-35, in
-``benchmarks/incremental_parts.py`` on the H200, 2026-12-02), else ``copy_(non_blocking=True)``.
+``benchmarks/incremental_parts.py`` on the H200, 2026-12-02), else ``copy_(non_blocking=True)``. The launch is the
+launcher's: its call path's one C call once the views' signature is remembered (``launch.dispatch.call_bound``,
+taken without the launcher's Python frame), else the launcher itself.
 No tensor is allocated per step: the device views of a slot's ``(bs, count)`` are made once and kept (the last 8
 shapes per slot), so a repeated shape runs no torch op before the launch. ``rows`` and ``start_cols`` are sequences of
 ints, 1-D integer numpy arrays or CPU tensors of ``bs`` entries (numpy arrays and tensors cost one copy; a list costs
@@ -23,8 +25,9 @@ Two forms of the new tokens, one packing path each:
   array or CPU tensor), ``bs = len(new_tokens)``; the offsets are the cumulative sum of their lengths.
 - flat (``lengths=`` given; a runtime's usual form): ``new_tokens`` every request's tokens in order as one list of
   ints, 1-D integer numpy array or CPU tensor, converted at once (a list straight into the slot by the native
-  piece's ``store_ints`` once the piece is loaded, else through one ``array("q")``; an entry it declines goes the
-  second way, which names it). ``lengths`` an int ``k >= 1``: every request
+  piece's ``stage_ints`` once the piece is loaded, in the same call as ``rows`` and ``start_cols`` where they are
+  int64 numpy arrays, else through one ``array("q")``; what it declines goes the second way, which names what is
+  wrong). ``lengths`` an int ``k >= 1``: every request
   has ``k`` tokens (``1``: a decode step; ``k``: speculative tokens), ``bs = len(new_tokens) // k``, the offsets
   ``k * arange`` without a cumulative sum; or one count ``>= 0`` per request (list, numpy array or CPU tensor),
   ``bs = len(lengths)``, which must sum to ``len(new_tokens)``.
@@ -84,7 +87,7 @@ _VIEWS_KEPT = 8  # (bs, count) shapes whose device views each slot keeps (module
 _STREAMS_KEPT = 8  # the Stream objects a writer keeps, by raw id, to record its events on
 
 _TOKENS_WHERE = errors.INCREMENTAL_WHERE.format(arg="new_tokens")
-_DEFERRED = object()  # the flat form's list of ints, left for the native piece to write into the slot
+_STAGED = object()  # the flat form's list of ints, left for the native piece to write into the slot
 
 
 def _rounded(count: int) -> int:
@@ -194,7 +197,7 @@ class IncrementalWriter:
         # read is the pool device's, the thread's context that device's), else torch's ``copy_``, which also records
         # an event for torch's pinned-memory cache: the writer's own events guard the buffer (``__del__``).
         self._copy = None
-        self._store = None  # the native piece's store_ints, once it is loaded: the flat form's list of ints
+        self._stage = None  # the native piece's stage_ints, once it is loaded: the flat form's list and the arrays
         self._one_device = cuda and torch.cuda.device_count() == 1
         self._host_at, self._device_at = self._host.data_ptr(), self._device.data_ptr()
 
@@ -208,8 +211,8 @@ class IncrementalWriter:
         if lengths is None:
             bs, flat, count = len(new_tokens), None, None
         else:
-            if type(new_tokens) is list and (self._store or self._native_store()) is not None:
-                flat, count = _DEFERRED, len(new_tokens)  # written into the slot by the native piece, below
+            if type(new_tokens) is list and (self._stage or self._native_stage()) is not None:
+                flat, count = _STAGED, len(new_tokens)  # for the native piece's packing, below
             else:
                 flat, count = self._flat(new_tokens)
             if type(lengths) is int and lengths == 1:  # a decode step: one request per token
@@ -218,39 +221,43 @@ class IncrementalWriter:
                 bs, lengths = self._requests(count, lengths)
         if bs > self.max_requests:
             raise errors.value_error(errors.INCREMENTAL_TOO_MANY_REQUESTS, bs=bs, limit=self.max_requests)
+        raw = self._stream_id()
+        if flat is _STAGED and count <= self.max_new_tokens:
+            # The usual step (the sampler's list, rows and first columns as int64 arrays) packed by one native call;
+            # anything it declines is packed, or refused by name, below.
+            slot = self._acquire(raw)
+            views = self._views(slot, bs, count)
+            if self._stage(new_tokens, rows, start_cols, *views[11]):
+                self._pack_offsets(slot, bs, new_tokens, count, lengths)
+                self._send(slot, raw, views, check_values)
+                return
+            flat, count = self._flat(new_tokens)
         rows_array = _int_array(rows)
         if rows_array is None or rows_array.shape[0] != bs:
             raise _refuse_ints(rows, rows_array, "rows", bs)
         start_cols_array = _int_array(start_cols)
         if start_cols_array is None or start_cols_array.shape[0] != bs:
             raise _refuse_ints(start_cols, start_cols_array, "start_cols", bs)
-        if type(lengths) is int:
-            if count > self.max_new_tokens:
-                raise errors.value_error(errors.INCREMENTAL_TOO_MANY_TOKENS, count=count, limit=self.max_new_tokens)
-            slot, offsets = self._acquire(), None
-            views = self._views(slot, bs, count)
-            if self._offsets_each[slot] != lengths:  # the slot's offsets hold them from an earlier step, else now
-                at = slot * self._slot_size + self._offsets_at
-                np.multiply(self._arange, lengths, out=self._staged[at: at + self.max_requests + 1])
-                self._offsets_each[slot] = lengths
-        else:
-            slot = self._acquire()
-            count, offsets = self._pack_offsets(slot, bs, new_tokens, count, lengths)
-            views = self._views(slot, bs, count)
-        if flat is _DEFERRED and self._store(new_tokens, views[11], count) != count:
-            flat, _ = self._flat(new_tokens)  # an entry the native piece does not take: converted here, or refused
-        if flat is _DEFERRED:
-            pass  # the native piece wrote the tokens into the slot
-        elif type(flat) is _words:
+        if type(lengths) is int and count > self.max_new_tokens:
+            raise errors.value_error(errors.INCREMENTAL_TOO_MANY_TOKENS, count=count, limit=self.max_new_tokens)
+        slot = self._acquire(raw)
+        count, offsets = self._pack_offsets(slot, bs, new_tokens, count, lengths)
+        views = self._views(slot, bs, count)
+        if type(flat) is _words:
             views[7][:] = flat  # the memoryview of the slot's tokens: one copy of the array's buffer
         elif flat is not None:
             np.copyto(views[6], flat, casting="unsafe")  # an integer array int64 holds (``_int_array``)
         elif lengths is None:
             self._pack_tokens(new_tokens, views[6])
         else:
-            self._refuse_flat(new_tokens, self._arange[: bs + 1] * lengths if type(lengths) is int else offsets)
+            self._refuse_flat(new_tokens, self._arange[: bs + 1] * lengths if offsets is None else offsets)
         np.copyto(views[8], rows_array, casting="unsafe")
         np.copyto(views[9], start_cols_array, casting="unsafe")
+        self._send(slot, raw, views, check_values)
+
+    def _send(self, slot: int, raw: int, views: tuple, check_values) -> None:
+        """The packed ``slot``'s copy and launch on the stream of raw id ``raw`` (synchronous off CUDA); the slot is
+        released after them, raised or not."""
         dst, src, flat_in, offsets_in, rows_in, start_cols_in = views[:6]
         if self._free_events is None:
             dst.copy_(src)
@@ -261,19 +268,23 @@ class IncrementalWriter:
             return
         try:
             copy = self._copy or self._native_copy()
-            if copy is None or not copy(*views[10], self._stream_id()):
+            if copy is None or not copy(*views[10], raw):
                 dst.copy_(src, non_blocking=True)
-            launch_scatter_req_token_ids_kernel(
-                flat_in=flat_in, offsets=offsets_in, req_pool_indices=rows_in, pool_out=self.pool_out,
-                start_cols=start_cols_in, check_values=check_values, backend=self.backend,
-            )
+            # The launcher's first step for a remembered signature (its call path), taken here without its frame;
+            # anything else (a first call, checked values) through the launcher itself.
+            if check_values is not False or launch_dispatch.call_bound(
+                    self.backend, flat_in, offsets_in, rows_in, self.pool_out, start_cols_in) is not True:
+                launch_scatter_req_token_ids_kernel(
+                    flat_in=flat_in, offsets=offsets_in, req_pool_indices=rows_in, pool_out=self.pool_out,
+                    start_cols=start_cols_in, check_values=check_values, backend=self.backend,
+                )
         finally:  # after the copy, raised or not: the slot is in use until an event after it completes
-            self._release(slot)
+            self._release(slot, raw)
 
-    def _native_store(self):
-        """The native piece's ``store_ints`` once it is loaded (kept from then on), else None."""
-        self._store = launch_dispatch.int_store()
-        return self._store
+    def _native_stage(self):
+        """The native piece's ``stage_ints`` once it is loaded (kept from then on), else None."""
+        self._stage = launch_dispatch.int_stage()
+        return self._stage
 
     def _native_copy(self):
         """The native piece's ``copy_to_device`` once it is loaded (kept from then on), else None."""
@@ -293,10 +304,17 @@ class IncrementalWriter:
             pass
 
     def _pack_offsets(self, slot: int, bs: int, new_tokens, count, lengths) -> tuple:
-        """The nested form's and the flat form's per-request counts: their cumulative sum into the slot's offsets;
-        returns ``(count, offsets)`` (the total, checked against the capacity, and the slot's offsets)."""
-        self._offsets_each[slot] = None
+        """The slot's offsets for this step; returns ``(count, offsets)``: the tokens' total, checked against the
+        capacity, and the slot's offsets (None for an int ``lengths``). An int ``k``: ``k * arange``, written only
+        where the slot does not hold them from an earlier step; else the cumulative sum of the nested form's lengths
+        or of the flat form's counts, which must sum to ``count``."""
         at = slot * self._slot_size + self._offsets_at
+        if type(lengths) is int:
+            if self._offsets_each[slot] != lengths:
+                np.multiply(self._arange, lengths, out=self._staged[at: at + self.max_requests + 1])
+                self._offsets_each[slot] = lengths
+            return count, None
+        self._offsets_each[slot] = None
         offsets = self._staged[at: at + bs + 1]
         offsets[0] = 0
         if lengths is None:
@@ -311,13 +329,14 @@ class IncrementalWriter:
             raise errors.value_error(errors.INCREMENTAL_TOO_MANY_TOKENS, count=count, limit=self.max_new_tokens)
         return count, offsets
 
-    def _acquire(self) -> int:
-        """The slot the next step packs, once nothing in flight reads it: a slot whose last use no completed event
-        covers is waited for (``event.synchronize()``), after an event is recorded to cover it where none is yet."""
+    def _acquire(self, raw: int) -> int:
+        """The slot the next step packs on the stream of raw id ``raw``, once nothing in flight reads it: a slot whose
+        last use no completed event covers is waited for (``event.synchronize()``), after an event is recorded to
+        cover it where none is yet."""
         slot = self._next
         if self._free_events is None:
             return slot
-        if self._open and self._stream_id() != self._open_stream_id:
+        if self._open and raw != self._open_stream_id:
             self._fence()  # the steps since the last event ran on another stream: an event on it covers them
         if self._busy[slot]:
             if self._open and slot in self._open:
@@ -331,12 +350,12 @@ class IncrementalWriter:
                 self._free_events.append(event)
         return slot
 
-    def _release(self, slot: int) -> None:
-        """``slot``'s copy and launch are queued: it is in use until an event recorded after them completes; one is
-        recorded every ``_FENCE_EVERY`` steps."""
+    def _release(self, slot: int, raw: int) -> None:
+        """``slot``'s copy and launch are queued on the stream of raw id ``raw``: it is in use until an event recorded
+        after them completes; one is recorded every ``_FENCE_EVERY`` steps."""
         self._busy[slot] = True
         if not self._open:
-            self._open_stream_id = raw = self._stream_id()
+            self._open_stream_id = raw
             self._open_stream = self._stream(raw)
         self._open.append(slot)
         self._next = slot + 1 if slot + 1 < self._slots else 0
@@ -353,7 +372,8 @@ class IncrementalWriter:
     def _views(self, slot: int, bs: int, count: int) -> tuple:
         """The views of one step of ``bs`` requests and ``count`` tokens in ``slot``: the copy's destination and
         source, the launch's four inputs (device), then the packing's destinations (host): the tokens as numpy and
-        as a memoryview, the rows and the first columns; the copy's addresses and size; the tokens' host address.
+        as a memoryview, the rows and the first columns; the copy's addresses and size; ``stage_ints``' addresses
+        and sizes (the tokens', the rows' and the first columns' host addresses, ``count`` and ``bs``).
         Made once per ``(bs, count)`` (a decode loop repeats one) and kept for the last ``_VIEWS_KEPT`` of them per
         slot, since slicing costs host time (a tensor's about a microsecond)."""
         kept = self._cached_views[slot]
@@ -369,7 +389,8 @@ class IncrementalWriter:
                 device[rows: rows + bs], device[start_cols: start_cols + bs],
                 staged[tokens:used], self._staged_words[tokens:used], staged[rows: rows + bs],
                 staged[start_cols: start_cols + bs],
-                (self._device_at + 8 * base, self._host_at + 8 * base, 8 * (used - base)), self._host_at + 8 * tokens)
+                (self._device_at + 8 * base, self._host_at + 8 * base, 8 * (used - base)),
+                (self._host_at + 8 * tokens, self._host_at + 8 * rows, self._host_at + 8 * start_cols, count, bs))
         return views
 
     @staticmethod

@@ -18,8 +18,8 @@ Contract:
   ``check_values=False``, lets ``call_bound`` take the later calls whose
   arguments have the same signature.
 - ``device_copy() -> copy_to_device | None``: the native piece's asynchronous host-to-device copy (its contract in
-  native.cpp) once the piece is loaded, else None (the caller copies through torch); ``int_store() -> store_ints |
-  None`` likewise, a list of ints written as int64 to host memory (else the caller converts it itself).
+  native.cpp) once the piece is loaded, else None (the caller copies through torch); ``int_stage() -> stage_ints |
+  None`` likewise, a step's list of ints and two int64 arrays written to host memory (else the caller packs them).
 - ``launch_assign(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size)``,
   ``assign_bound(backend, ..., batch_size) -> True | bytes | None`` and
   ``remember_assign(signature, backend, ..., batch_size)``: the same three for
@@ -307,9 +307,9 @@ def device_copy():
     return None if _c is None else _c.copy_to_device
 
 
-def int_store():
-    """The loaded native piece's ``store_ints`` (a list of ints into int64 host memory), else None."""
-    return None if _c is None else _c.store_ints
+def int_stage():
+    """The loaded native piece's ``stage_ints`` (a step's list of ints and two int64 arrays into host memory), else None."""
+    return None if _c is None else _c.stage_ints
 
 
 def use_rule(rule: launch_plan.Rule) -> None:

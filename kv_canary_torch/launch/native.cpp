@@ -77,12 +77,14 @@
  *       gives NOTHING). RuntimeError before `configure`, ValueError for a negative size or stride.
  *   served() -> int
  *       How many calls `call` and `assign` have served (launched, or found nothing to write).
- *   store_ints(values, address, capacity) -> int
- *       Writes the entries of the list `values` as int64 to host address `address` (room for `capacity`) and returns
- *       how many; -1 where `values` is not a list, is longer than `capacity`, or holds an entry that is not an int
- *       an int64 holds (what it wrote before that entry is left): the caller then converts it its own way, which
- *       names the entry. The incremental step's tokens, the sampler's list of ints, without a Python object per
- *       entry (an `array("q")` parses each entry through its format code).
+ *   stage_ints(values, rows, cols, tokens_at, rows_at, cols_at, count, bs) -> bool
+ *       The incremental step's packing: writes the list `values` (exactly `count` entries, each an int an int64
+ *       holds) as int64 to host address `tokens_at`, and the `bs` entries of `rows` and of `cols` (each an object
+ *       with a 1-D buffer of `bs` 8-byte signed ints, any strides: a numpy int64 array) to `rows_at` and `cols_at`,
+ *       and returns True. False where any of that does not hold (what it wrote before is left): the caller then
+ *       packs the step its own way, which names what is wrong. The sampler's list without a Python object per
+ *       entry (an `array("q")` parses each through its format code), the two arrays without numpy's dispatch.
+ *       ValueError for a negative count or bs.
  *   copy_to_device(dst, src, nbytes, stream) -> bool
  *       Enqueues the driver's asynchronous copy (cuMemcpyHtoDAsync) of `nbytes` bytes from host address `src` to
  *       device address `dst` on `stream` (ints) and returns True; False, with nothing enqueued, where the driver has
@@ -790,30 +792,60 @@ PyObject *plan(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
 
 PyObject *served(PyObject *, PyObject *) { return PyLong_FromUnsignedLongLong(served_calls); }
 
-PyObject *store_ints(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "store_ints takes values, address and capacity");
-        return nullptr;
-    }
-    int64_t *out = static_cast<int64_t *>(PyLong_AsVoidPtr(args[1]));
-    Py_ssize_t capacity = PyLong_AsSsize_t(args[2]);
-    if (PyErr_Occurred()) return nullptr;
-    PyObject *values = args[0];
-    if (!PyList_CheckExact(values) || PyList_GET_SIZE(values) > capacity) return PyLong_FromLong(-1);
-    Py_ssize_t n = PyList_GET_SIZE(values);
-    for (Py_ssize_t i = 0; i < n; ++i) {
+/* `values`, a list of exactly `count` ints an int64 holds, written to `out`: true; false where it is not. */
+bool store_list(PyObject *values, int64_t count, int64_t *out) {
+    if (!PyList_CheckExact(values) || PyList_GET_SIZE(values) != count) return false;
+    for (Py_ssize_t i = 0; i < count; ++i) {
         PyObject *item = PyList_GET_ITEM(values, i);
-        if (!PyLong_Check(item)) return PyLong_FromLong(-1);
+        if (!PyLong_Check(item)) return false;
         int overflow = 0;
         long long value = PyLong_AsLongLongAndOverflow(item, &overflow);
-        if (overflow != 0) return PyLong_FromLong(-1);
+        if (overflow != 0) return false;
         if (value == -1 && PyErr_Occurred()) {
             PyErr_Clear();
-            return PyLong_FromLong(-1);
+            return false;
         }
         out[i] = value;
     }
-    return PyLong_FromSsize_t(n);
+    return true;
+}
+
+/* `source`'s buffer, 1-D of `bs` 8-byte signed ints (format q or l, native order), written to `out`: true; false
+ * where it has no such buffer. */
+bool store_buffer(PyObject *source, int64_t bs, int64_t *out) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(source, &view, PyBUF_RECORDS_RO) != 0) {
+        PyErr_Clear();
+        return false;
+    }
+    const char *format = view.format ? view.format : "B";
+    if (*format == '@' || *format == '=') ++format;
+    bool fits = view.ndim == 1 && view.itemsize == 8 && view.shape[0] == bs &&
+                (std::strcmp(format, "q") == 0 || std::strcmp(format, "l") == 0);
+    if (fits) {
+        const char *at = static_cast<const char *>(view.buf);
+        for (int64_t i = 0; i < bs; ++i, at += view.strides[0]) std::memcpy(&out[i], at, sizeof(int64_t));
+    }
+    PyBuffer_Release(&view);
+    return fits;
+}
+
+PyObject *stage_ints(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "stage_ints takes values, rows, cols, tokens_at, rows_at, cols_at, count and bs");
+        return nullptr;
+    }
+    int64_t *at[3];
+    for (int i = 0; i < 3; ++i) at[i] = static_cast<int64_t *>(PyLong_AsVoidPtr(args[3 + i]));
+    long long count = PyLong_AsLongLong(args[6]), bs = PyLong_AsLongLong(args[7]);
+    if (PyErr_Occurred()) return nullptr;
+    if (count < 0 || bs < 0) {
+        PyErr_SetString(PyExc_ValueError, "stage_ints: count and bs must be >= 0");
+        return nullptr;
+    }
+    if (store_list(args[0], count, at[0]) && store_buffer(args[1], bs, at[1]) && store_buffer(args[2], bs, at[2]))
+        Py_RETURN_TRUE;
+    Py_RETURN_FALSE;
 }
 
 PyObject *copy_to_device(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
@@ -863,8 +895,8 @@ PyMethodDef methods[] = {
     {"plan", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(plan)), METH_FASTCALL,
      "plan(bs, N, R, C, strides...) -> (slot, grid, ints, small_ints) | None"},
     {"served", served, METH_NOARGS, "served() -> int: calls served by call()"},
-    {"store_ints", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(store_ints)), METH_FASTCALL,
-     "store_ints(values, address, capacity) -> int: a list of ints as int64 at address; -1 where it cannot"},
+    {"stage_ints", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(stage_ints)), METH_FASTCALL,
+     "stage_ints(values, rows, cols, tokens_at, rows_at, cols_at, count, bs) -> bool: a step's ints at the addresses"},
     {"copy_to_device", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(copy_to_device)), METH_FASTCALL,
      "copy_to_device(dst, src, nbytes, stream) -> bool: an asynchronous host-to-device copy on stream"},
     {nullptr, nullptr, 0, nullptr},

@@ -340,25 +340,25 @@ def test_steps_copy_through_the_drivers_copy_once_the_native_piece_is_loaded():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_decode_steps_store_the_samplers_list_through_the_native_piece_once_it_is_loaded():
+def test_decode_steps_are_packed_by_the_native_piece_once_it_is_loaded():
     from kv_canary_torch.launch import dispatch
 
     rng = np.random.default_rng(18)
     pool = torch.from_numpy(sentinel_pool(6, 40, seed=18)).cuda()
     expected = pool.cpu().numpy()
     writer = IncrementalWriter(pool, max_requests=4, max_new_tokens=4)
-    rows, lengths, stored = np.array([5, 1, 3], np.int64), np.zeros(3, np.int64), []
+    rows, lengths, staged = np.array([5, 1, 3], np.int64), np.zeros(3, np.int64), []
     for step in range(12):
         new = rng.integers(-(2**40), 2**40, size=3).tolist()
         writer.step(new, rows, lengths, lengths=1)
         expected = _reference_step(expected, [[t] for t in new], rows, lengths)
         lengths = lengths + 1
         if step == 0:  # the first launch loads the piece
-            store = dispatch.int_store()
-            assert store is not None, "the native piece did not load on this GPU machine"
-            writer._store = lambda *args: stored.append(args) or store(*args)
+            stage = dispatch.int_stage()
+            assert stage is not None, "the native piece did not load on this GPU machine"
+            writer._stage = lambda *args: staged.append(stage(*args)) or staged[-1]
     torch.cuda.synchronize()
-    assert len(stored) == 11
+    assert staged == [True] * 11
     assert_same_pool(pool.cpu().numpy(), expected)
 
 
@@ -409,7 +409,15 @@ def test_steps_on_the_gpu_allocate_nothing():
 
 
 def _as_form(values, form):
-    return list(map(int, values)) if form == "list" else np.asarray(values, np.int64) if form == "numpy" else torch.tensor(list(map(int, values)), dtype=torch.int64)
+    if form == "list":
+        return list(map(int, values))
+    if form == "numpy":
+        return np.asarray(values, np.int64)
+    if form == "strided":  # every other entry of a longer array: a view with a 16-byte stride
+        return np.repeat(np.asarray(values, np.int64), 2)[::2]
+    if form == "int32":
+        return np.asarray(values, np.int64).astype(np.int32) if all(-(2**31) <= v < 2**31 for v in values) else np.asarray(values, np.int64)
+    return torch.tensor(list(map(int, values)), dtype=torch.int64)
 
 
 @st.composite
@@ -422,7 +430,7 @@ def flat_steps(draw):
     counts = [each] * bs if each is not None else draw(st.lists(st.integers(0, 4), min_size=bs, max_size=bs))
     nested = [draw(st.lists(st.integers(INT64_MIN, INT64_MAX), min_size=c, max_size=c)) for c in counts]
     firsts = draw(st.lists(st.integers(0, width + 2), min_size=bs, max_size=bs))
-    forms = draw(st.tuples(*[st.sampled_from(["list", "numpy", "tensor"])] * 4))
+    forms = draw(st.tuples(*[st.sampled_from(["list", "numpy", "strided", "int32", "tensor"])] * 4))
     tokens = _as_form([t for ids in nested for t in ids], forms[0])
     lengths = each if each is not None else _as_form(counts, forms[3])
     return (sentinel_pool(n_rows, width, seed=draw(st.integers(0, 99))),
@@ -553,55 +561,65 @@ def test_bad_flat_steps_get_the_spec_errors_and_write_nothing(call, error, messa
     assert_refused_and_still_serving(call, error, message)
 
 
-# -- the flat form's list through the native piece's store_ints ---------------------------------------------------
+# -- the flat form packed by the native piece's stage_ints ------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def store_ints(tmp_path_factory):
+def stage_ints(tmp_path_factory):
     from tests.torch_support import native_module
 
-    return native_module(tmp_path_factory).store_ints
+    return native_module(tmp_path_factory).stage_ints
 
 
 @pytest.fixture
-def native_store(monkeypatch, store_ints):
-    """Writers take the native piece's store_ints as they do once it is loaded; the calls it served, counted."""
+def native_stage(monkeypatch, stage_ints):
+    """Writers take the native piece's stage_ints as they do once it is loaded; what each call answered, kept."""
     from kv_canary_torch.launch import dispatch
 
     served = []
 
-    def counting(values, address, capacity):
-        served.append(store_ints(values, address, capacity))
+    def counting(*args):
+        served.append(stage_ints(*args))
         return served[-1]
 
-    monkeypatch.setattr(dispatch, "int_store", lambda: counting)
+    monkeypatch.setattr(dispatch, "int_stage", lambda: counting)
     return served
 
 
-def test_store_ints_writes_a_lists_ints_as_int64_and_declines_what_it_cannot(store_ints):
-    out = np.full(6, -1, np.int64)
-    address = out.ctypes.data
-    assert store_ints([3, INT64_MIN, INT64_MAX, True, -5], address, 6) == 5
-    assert out.tolist() == [3, INT64_MIN, INT64_MAX, 1, -5, -1]
-    assert store_ints([], address, 0) == 0
-    for declined in ([1, 2**63], [1, -(2**63) - 1], [1, 2.0], [1, np.int64(2)], [1, "2"], (1, 2), [1, 2, 3]):
-        assert store_ints(declined, address, 2) == -1
+def test_stage_ints_writes_a_steps_ints_as_int64_and_declines_what_it_cannot(stage_ints):
+    out = np.full(12, -1, np.int64)
+    tokens_at, rows_at, cols_at = (out.ctypes.data + 8 * k for k in (0, 6, 9))
+    rows, cols = np.array([7, 8], np.int64), np.repeat(np.array([-3, INT64_MAX], np.int64), 2)[::2]
+    assert stage_ints([3, INT64_MIN, INT64_MAX, True, -5], rows, cols, tokens_at, rows_at, cols_at, 5, 2) is True
+    assert out.tolist() == [3, INT64_MIN, INT64_MAX, 1, -5, -1, 7, 8, -1, -3, INT64_MAX, -1]
+    assert stage_ints([], np.zeros(0, np.int64), np.zeros(0, np.int64), tokens_at, rows_at, cols_at, 0, 0) is True
+    for declined in ([1, 2**63], [1, -(2**63) - 1], [1, 2.0], [1, np.int64(2)], [1, "2"], (1, 2), [1, 2, 3], [1]):
+        assert stage_ints(declined, rows, cols, tokens_at, rows_at, cols_at, 2, 2) is False, declined
+    for declined in ([7, 8], rows.astype(np.int32), rows.astype(np.uint64), rows.astype(np.float64), rows[:1],
+                     rows.reshape(1, 2), rows.astype(">i8"), torch.tensor([7, 8]), b"ab"):
+        assert stage_ints([1, 2], declined, cols, tokens_at, rows_at, cols_at, 2, 2) is False, declined
+        assert stage_ints([1, 2], rows, declined, tokens_at, rows_at, cols_at, 2, 2) is False, declined
+    with pytest.raises(ValueError):
+        stage_ints([], rows, cols, tokens_at, rows_at, cols_at, -1, 0)
     with pytest.raises(TypeError):
-        store_ints([1], address)
+        stage_ints([1], rows, cols, tokens_at, rows_at, cols_at, 1)
 
 
 @property_settings(40)
 @given(flat_steps())
-def test_the_flat_forms_list_through_the_native_store_writes_what_the_python_packing_writes(native_store, case):
+def test_the_flat_form_through_the_native_stage_writes_what_the_reference_writes(native_stage, case):
     pool_np, (tokens, rows, firsts, lengths), nested = case
-    native_pool, python_pool = torch.from_numpy(pool_np.copy()), torch.from_numpy(pool_np.copy())
+    native_stage.clear()  # the fixture's, for every example
+    native_pool = torch.from_numpy(pool_np.copy())
     IncrementalWriter(native_pool, 6, 24, backend="torch").step(tokens, rows, firsts, lengths=lengths)
     assert_same_pool(native_pool.numpy(), _reference_step(pool_np, *nested))
+    staged = all(type(a) is np.ndarray and a.dtype == np.int64 for a in (rows, firsts))
     if type(tokens) is list:
-        assert native_store and native_store[-1] == len(tokens)
+        assert native_stage == [staged]  # taken where the arrays are int64, declined (and packed in Python) else
 
 
 @pytest.mark.parametrize("call, error, message", BAD_FLAT_STEPS, ids=BAD_FLAT_IDS)
-def test_bad_flat_steps_through_the_native_store_get_the_same_errors(native_store, call, error, message):
-    """An entry the native piece declines (a float, an int past int64) goes to the Python conversion, which names it."""
+def test_bad_flat_steps_through_the_native_stage_get_the_same_errors(native_stage, call, error, message):
+    """What the native piece declines (a float, an int past int64, rows of another length) goes to the Python
+    packing, which names it."""
     assert_refused_and_still_serving(call, error, message)
