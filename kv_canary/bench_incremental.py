@@ -87,12 +87,9 @@ def append_columns(offsets, width: int, seed: int = 0) -> np.ndarray:
 
 
 def _sync(torch, device: str):
-    return torch.cuda.synchronize if device == "cuda" else (lambda: None)
-
-
-def _device_sync(torch, device: str):
-    """The steps' wall timer's wait: the current device's synchronize itself (``torch.cuda.synchronize`` less its
-    Python device guard, which costs microseconds of the timer's own), a no-op off CUDA."""
+    """The wait of the steps' wall timer and between host rounds: the current device's synchronize itself
+    (``torch.cuda.synchronize`` less its Python device guard, which costs microseconds of the timer's own), a no-op
+    off CUDA."""
     return getattr(torch._C, "_cuda_synchronize", torch.cuda.synchronize) if device == "cuda" else (lambda: None)
 
 
@@ -200,7 +197,7 @@ def step_figures(torch, bs: int, context: int, config: Config) -> dict:
         out = pool()
         runs[name] = (make(out), Requests(tokens, context), out)
     runs["empty"] = (lambda requests, new: None, Requests(tokens, context), None)  # the timer's own cost
-    sync, clock = _device_sync(torch, config.device), time.perf_counter_ns
+    sync, clock = _sync(torch, config.device), time.perf_counter_ns
 
     def timed(run):
         step, requests, _ = run

@@ -256,22 +256,19 @@ class IncrementalWriter:
         self._send(slot, raw, views, check_values)
 
     def _send(self, slot: int, raw: int, views: tuple, check_values) -> None:
-        """The packed ``slot``'s copy and launch on the stream of raw id ``raw`` (synchronous off CUDA); the slot is
-        released after them, raised or not."""
+        """The packed ``slot``'s copy and launch on the stream of raw id ``raw`` (synchronous off CUDA); on the ring,
+        the slot is released after them, raised or not."""
         dst, src, flat_in, offsets_in, rows_in, start_cols_in = views[:6]
-        if self._free_events is None:
-            dst.copy_(src)
-            launch_scatter_req_token_ids_kernel(
-                flat_in=flat_in, offsets=offsets_in, req_pool_indices=rows_in, pool_out=self.pool_out,
-                start_cols=start_cols_in, check_values=check_values, backend=self.backend,
-            )
-            return
+        ring = self._free_events is not None
         try:
-            copy = self._copy or self._native_copy()
-            if copy is None or not copy(*views[10], raw):
-                dst.copy_(src, non_blocking=True)
+            if not ring:
+                dst.copy_(src)
+            else:
+                copy = self._copy or self._native_copy()
+                if copy is None or not copy(*views[10], raw):
+                    dst.copy_(src, non_blocking=True)
             # The launcher's first step for a remembered signature (its call path), taken here without its frame;
-            # anything else (a first call, checked values) through the launcher itself.
+            # anything else (a first call, checked values, the CPU) through the launcher itself.
             if check_values is not False or launch_dispatch.call_bound(
                     self.backend, flat_in, offsets_in, rows_in, self.pool_out, start_cols_in) is not True:
                 launch_scatter_req_token_ids_kernel(
@@ -279,7 +276,8 @@ class IncrementalWriter:
                     start_cols=start_cols_in, check_values=check_values, backend=self.backend,
                 )
         finally:  # after the copy, raised or not: the slot is in use until an event after it completes
-            self._release(slot, raw)
+            if ring:
+                self._release(slot, raw)
 
     def _native_stage(self):
         """The native piece's ``stage_ints`` once it is loaded (kept from then on), else None."""
