@@ -95,10 +95,6 @@ def expected_table(inputs, table: tuple) -> np.ndarray:
     return assignment_reference(rows, np.full(table, SENTINEL, np.int32), start, end, loc, rows.shape[0])
 
 
-def _sync(torch, device: str):
-    return torch.cuda.synchronize if device == "cuda" else (lambda: None)
-
-
 def _calls(torch):
     from kv_canary.baseline_assign import sglang_style_assign
     from kv_canary_torch import assign_req_to_token_pool_func
@@ -163,7 +159,8 @@ def host_figures(torch, config: Config) -> dict:
         runs["torch_op"] = (lambda *_: tables["torch_op"].add_(0), steps, None)
         calls["ours"](steps[0][0], tables["ours"], *steps[0][1:])  # a signature's first call: checked, then remembered
         before = dispatch.served()
-        for name, ns in bench_host.time_calls(torch, runs, config.host_rounds, sync=_sync(torch, device)).items():
+        sync = bench_host.device_sync(torch, device)
+        for name, ns in bench_host.time_calls(torch, runs, config.host_rounds, sync=sync).items():
             results[f"{pattern}/{name}"] = bench_host.summary(ns)
         after = dispatch.served()
         ours_calls = len(steps) * (config.host_rounds + 1)  # the warm-up round's too

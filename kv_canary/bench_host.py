@@ -107,6 +107,13 @@ def check_pattern(torch, launch, pattern: str, count: int = 24) -> None:
         assert np.array_equal(pool.cpu().numpy(), expected), f"{pattern}: the pool differs from the reference"
 
 
+def device_sync(torch, device: str):
+    """The wait between host rounds and of a step's wall timer: the current device's synchronize itself
+    (``torch.cuda.synchronize`` less its Python device guard, which costs microseconds of a timer's own), a no-op
+    off CUDA."""
+    return getattr(torch._C, "_cuda_synchronize", torch.cuda.synchronize) if device == "cuda" else (lambda: None)
+
+
 def time_calls(torch, runs: dict, rounds: int = ROUNDS, sync=None) -> dict:
     """``{name: per-call ns}`` of each ``runs[name] = (fn, steps, context)``: ``fn(*step)`` per call, inside
     ``context()`` (a context manager factory, or None) for the whole round; rounds interleaved, after a warm-up round;

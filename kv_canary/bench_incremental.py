@@ -86,13 +86,6 @@ def append_columns(offsets, width: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, room, endpoint=True).astype(np.int64)
 
 
-def _sync(torch, device: str):
-    """The wait of the steps' wall timer and between host rounds: the current device's synchronize itself
-    (``torch.cuda.synchronize`` less its Python device guard, which costs microseconds of the timer's own), a no-op
-    off CUDA."""
-    return getattr(torch._C, "_cuda_synchronize", torch.cuda.synchronize) if device == "cuda" else (lambda: None)
-
-
 # -- 1. the serving step -------------------------------------------------------------
 
 
@@ -197,7 +190,7 @@ def step_figures(torch, bs: int, context: int, config: Config) -> dict:
         out = pool()
         runs[name] = (make(out), Requests(tokens, context), out)
     runs["empty"] = (lambda requests, new: None, Requests(tokens, context), None)  # the timer's own cost
-    sync, clock = _sync(torch, config.device), time.perf_counter_ns
+    sync, clock = bench_host.device_sync(torch, config.device), time.perf_counter_ns
 
     def timed(run):
         step, requests, _ = run
@@ -311,7 +304,8 @@ def host_figures(torch, config: Config) -> dict:
         runs = {"launcher": (lambda *s: ours(*s, out=pools["launcher"]), calls, None),
                 "windowed": (lambda *s: ours(*s, out=pools["windowed"]), windowed, None),
                 "torch_op": (lambda *_: pools["torch_op"].add_(0), calls, None)}
-        for name, ns in bench_host.time_calls(torch, runs, config.host_rounds, sync=_sync(torch, device)).items():
+        sync = bench_host.device_sync(torch, device)
+        for name, ns in bench_host.time_calls(torch, runs, config.host_rounds, sync=sync).items():
             results[f"{pattern}/{name}"] = bench_host.summary(ns)
     return results
 
