@@ -5,14 +5,14 @@ ints, numpy rows and start_cols) whole, without its launch, and its parts alone;
     python benchmarks/incremental_parts.py [--calls 10000] [--bs 64 --bs 256]
 
 On a GPU (the pool on CUDA, the launch the Triton backend): a sync before each call, so every step starts with the
-stream idle, as a decode loop's does; besides the host figures, *step wall* times the step until
-``torch.cuda.synchronize()`` after it returns; both again with the writer copying through torch's ``copy_`` rather
-than the driver's copy. The parts: the H2D copy of a step's kept views (torch's, and the driver's through the native
-piece), the launch on them (through the launcher, and its call path's one C call as the step takes it),
-``torch.cuda.Event.record`` on a kept stream, ``Event.synchronize`` of a completed event, ``torch.cuda.current_stream``
-and the raw stream id the step reads each call. On the CPU (no CUDA) the writer runs its ring with fake events (no-op
-``record`` and ``synchronize``) and only the step without its launch is timed: the step's Python and numpy packing and
-the CPU copy; the GPU-only figures are not printed.
+stream idle, as a decode loop's does; besides the host figures, *step wall* times the step until the device's
+synchronize returns after it (``bench_host.device_sync``, as ``kv-canary bench --incremental`` times its steps); both
+again with the writer copying through torch's ``copy_`` rather than the driver's copy. The parts: the H2D copy of a
+step's kept views (torch's, and the driver's through the native piece), the launch on them (through the launcher, and
+its call path's one C call as the step takes it), ``torch.cuda.Event.record`` on a kept stream, ``Event.synchronize``
+of a completed event, ``torch.cuda.current_stream`` and the raw stream id the step reads each call. On the CPU (no
+CUDA) the writer runs its ring with fake events (no-op ``record`` and ``synchronize``) and only the step without its
+launch is timed: the step's Python and numpy packing and the CPU copy; the GPU-only figures are not printed.
 The step's own parts are shown as they run inside it: the tokens list, rows and start_cols into the slot by the
 native piece's ``stage_ints`` (GPU), and the way without the piece (*step, Python packing* is the whole step that
 way): the list into an ``array("q")`` (``_flat``), one ``_int_array`` (each of rows and start_cols), the three host
@@ -28,6 +28,7 @@ import time
 import numpy as np
 import torch
 
+from kv_canary import bench_host
 from kv_canary_torch import IncrementalWriter
 from kv_canary_torch import incremental as inc
 
@@ -59,11 +60,13 @@ def median_us(call, calls: int, sync=None) -> float:
 
 def wall_us(call, calls: int) -> float:
     """The median time of ``call()`` until the device is idle after it (a sync before each), in us."""
+    sync = bench_host.device_sync(torch, "cuda")
+
     def timed():
         call()
-        torch.cuda.synchronize()
+        sync()
 
-    return median_us(timed, calls, torch.cuda.synchronize)
+    return median_us(timed, calls, sync)
 
 
 def parts(bs: int, calls: int, cuda: bool) -> dict:
@@ -74,7 +77,7 @@ def parts(bs: int, calls: int, cuda: bool) -> dict:
                                new_event=None if cuda else _NoEvent)
     new, rows = list(range(bs)), np.arange(1, bs + 1, dtype=np.int64)
     cols = np.arange(bs, dtype=np.int64)
-    sync = torch.cuda.synchronize if cuda else None
+    sync = bench_host.device_sync(torch, device) if cuda else None
 
     def step():
         writer.step(new, rows, cols, lengths=1)
