@@ -1,10 +1,7 @@
-"""Which framework an object belongs to, and what this machine can run.
+"""Which framework an object belongs to (without importing any), and what this machine has.
 
-Contract: ``is_torch(x)``, ``is_jax(x)`` and ``is_numpy(x)`` answer without
-importing anything: an object can only be a torch tensor (a JAX array) if torch
-(JAX) is already imported, so they look in ``sys.modules``. ``installed(name)``
-asks the import system without importing; ``cuda_available()`` imports torch
-(once) and is False without it.
+``is_torch``, ``is_jax``, ``is_numpy`` look in ``sys.modules``: an object can only be a torch tensor if torch is
+imported. ``installed(module)`` asks the import system without importing; ``cuda_available()`` imports torch.
 """
 
 from __future__ import annotations
@@ -12,9 +9,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import sys
-
-# The frontends' frameworks, as kv_canary_arrays.describe takes them.
-TORCH, JAX = "torch", "JAX"
 
 
 def installed(module: str) -> bool:
@@ -45,3 +39,9 @@ def is_jax(x) -> bool:
 def is_numpy(x) -> bool:
     numpy = sys.modules.get("numpy")
     return numpy is not None and isinstance(x, numpy.ndarray)
+
+
+def is_tracer(x) -> bool:
+    """A JAX value being traced (under jit, vmap, checkify): no data, no device."""
+    core = sys.modules.get("jax._src.core")  # where Tracer lives in every JAX this supports
+    return core is not None and isinstance(x, core.Tracer)

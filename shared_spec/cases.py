@@ -1,23 +1,12 @@
-"""Conformance cases: loading ``data/conformance.json`` into typed records.
+"""Conformance cases: ``data/conformance.json`` as typed records.
 
-A case names its inputs and either the expected pool or the expected exception
-(spec class name and exact message). Inputs are data, not arrays, so each
-frontend builds them natively (``ArrayData.numpy()`` for numpy-backed ones).
-Some cases need a setting a runner may not have; ``Case.requires`` names it:
-
-- ``"in_place"``: only frontends that write ``pool_out`` in place apply.
-- ``"accelerator"``: arguments named in ``Case.host`` stay on the CPU while the
-  rest go to an accelerator; ``{accelerator}`` in the message is that device.
-
-``Case.layout`` asks for a pool memory layout (``"column_slice"``: pool_out is
-a column slice of a wider pool whose other columns must stay untouched;
-``"broadcast_rows"``: every row aliases one row). Frontends without strides
-build a plain array instead.
-
-``Case.op`` names the operation: ``SCATTER`` (``scatter_req_token_ids``, the default, left out of the
-file) or ``ASSIGN`` (``assign_req_to_token_pool``, ``shared_spec.assignment``: sglang's argument names,
-``batch_size`` a Python value, the table ``req_to_token``). ``load_cases()`` gives the scatter's
-cases, ``load_cases(op=ASSIGN)`` the assignment's, ``load_cases(op=None)`` every case.
+A case names its operation (``op``: the scatter, or ``ASSIGN``), its inputs as data and what a call must do: leave
+the expected pool, or raise the expected exception (class and exact message) with the pool untouched. Where the
+frontends differ (a dtype one accepts and the other refuses, host data JAX narrows), ``by_mode`` overrides the
+expectation for a mode: ``"torch"``, ``"jax"`` (x64 on) or ``"jax_x64_off"``. ``requires`` names a setting:
+``"in_place"`` (frontends that write in place), ``"accelerator"`` (the arguments in ``host`` stay on the CPU, the
+rest go to an accelerator; ``{accelerator}`` in a message is that device). ``layout``: ``"column_slice"`` (the
+pool is a column slice of a wider one whose other columns must stay untouched) or ``"broadcast_rows"``.
 """
 
 from __future__ import annotations
@@ -31,20 +20,23 @@ import numpy as np
 
 CASES_FILE = pathlib.Path(__file__).with_name("data") / "conformance.json"
 SCATTER, ASSIGN = "scatter_req_token_ids", "assign_req_to_token_pool"
+MODES = ("torch", "jax", "jax_x64_off")
 
 
 @dataclasses.dataclass(frozen=True)
 class ArrayData:
-    """An array as data: canonical dtype name, shape and row-major values."""
+    """An array as data: dtype name, shape and row-major values."""
 
     dtype: str
     shape: tuple[int, ...]
     data: tuple
 
     def numpy(self) -> np.ndarray:
-        """As a numpy array (bfloat16 and other ml_dtypes need ml_dtypes installed)."""
-        dtype = np.dtype(self.dtype) if self.dtype != "bfloat16" else _ml_dtype(self.dtype)
-        return np.asarray(self.data, dtype=dtype).reshape(self.shape)
+        if self.dtype == "bfloat16":
+            import ml_dtypes  # a dependency of jax; torch builds bfloat16 itself
+
+            return np.asarray(self.data, dtype=ml_dtypes.bfloat16).reshape(self.shape)
+        return np.asarray(self.data, dtype=self.dtype).reshape(self.shape)
 
     def to_json(self) -> dict:
         return {"dtype": self.dtype, "shape": list(self.shape), "data": list(self.data)}
@@ -63,76 +55,70 @@ class PythonValue:
 
 
 @dataclasses.dataclass(frozen=True)
+class Expect:
+    """A pool, or an exception's class name and message."""
+
+    pool: ArrayData | None = None
+    error_class: str | None = None
+    error_message: str | None = None
+
+    def to_json(self) -> dict:
+        if self.pool is not None:
+            return {"pool": self.pool.to_json()}
+        return {"error": {"class": self.error_class, "message": self.error_message}}
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "Expect":
+        if "pool" in raw:
+            return cls(pool=_array(raw["pool"]))
+        return cls(error_class=raw["error"]["class"], error_message=raw["error"]["message"])
+
+
+@dataclasses.dataclass(frozen=True)
 class Case:
     name: str
     rule: str
     args: dict
+    expect: Expect
+    by_mode: dict = dataclasses.field(default_factory=dict)
     check_values: bool = False
-    expected_pool: ArrayData | None = None
-    error_class: str | None = None
-    error_message: str | None = None
     requires: tuple[str, ...] = ()
     host: tuple[str, ...] = ()
     layout: str | None = None
     op: str = SCATTER
 
-    @property
-    def expects_error(self) -> bool:
-        return self.error_class is not None
-
-    def message(self, accelerator: str | None = None) -> str:
-        """The expected message, with ``{accelerator}`` filled in where it appears."""
-        assert self.error_message is not None
-        return self.error_message.replace("{accelerator}", accelerator or "")
+    def expected(self, mode: str) -> Expect:
+        return self.by_mode.get(mode, self.expect)
 
     def to_json(self) -> dict:
-        out = {"name": self.name, "rule": self.rule, "check_values": self.check_values, "args": {}}
-        for name, arg in self.args.items():
-            out["args"][name] = {"python": arg.value} if isinstance(arg, PythonValue) else arg.to_json()
-        if self.expected_pool is not None:
-            out["expect"] = {"pool": self.expected_pool.to_json()}
-        else:
-            out["expect"] = {"error": {"class": self.error_class, "message": self.error_message}}
-        for key in ("requires", "host"):
+        out = {"name": self.name, "rule": self.rule, "args": {
+            name: {"python": a.value} if isinstance(a, PythonValue) else a.to_json() for name, a in self.args.items()}}
+        out["expect"] = self.expect.to_json()
+        if self.by_mode:
+            out["by_mode"] = {mode: e.to_json() for mode, e in self.by_mode.items()}
+        for key in ("check_values", "requires", "host", "layout"):
             if getattr(self, key):
-                out[key] = list(getattr(self, key))
-        if self.layout:
-            out["layout"] = self.layout
+                out[key] = getattr(self, key)
         if self.op != SCATTER:
             out["op"] = self.op
         return out
 
     @classmethod
     def from_json(cls, raw: dict) -> "Case":
-        args = {
-            name: PythonValue(a["python"]) if "python" in a else ArrayData(a["dtype"], tuple(a["shape"]), tuple(a["data"]))
-            for name, a in raw["args"].items()
-        }
-        expect = raw["expect"]
-        pool = expect.get("pool")
-        error = expect.get("error") or {}
+        args = {name: PythonValue(a["python"]) if "python" in a else _array(a) for name, a in raw["args"].items()}
         return cls(
-            name=raw["name"],
-            rule=raw["rule"],
-            args=args,
-            check_values=raw.get("check_values", False),
-            expected_pool=ArrayData(pool["dtype"], tuple(pool["shape"]), tuple(pool["data"])) if pool else None,
-            error_class=error.get("class"),
-            error_message=error.get("message"),
-            requires=tuple(raw.get("requires", ())),
-            host=tuple(raw.get("host", ())),
-            layout=raw.get("layout"),
-            op=raw.get("op", SCATTER),
+            name=raw["name"], rule=raw["rule"], args=args, expect=Expect.from_json(raw["expect"]),
+            by_mode={mode: Expect.from_json(e) for mode, e in raw.get("by_mode", {}).items()},
+            check_values=raw.get("check_values", False), requires=tuple(raw.get("requires", ())),
+            host=tuple(raw.get("host", ())), layout=raw.get("layout"), op=raw.get("op", SCATTER),
         )
 
 
-def load_cases(path: pathlib.Path = CASES_FILE, op: str | None = SCATTER) -> list[Case]:
-    """The conformance cases of ``op`` (None: every case), in file order."""
+def _array(raw: dict) -> ArrayData:
+    return ArrayData(raw["dtype"], tuple(raw["shape"]), tuple(raw["data"]))
+
+
+def load_cases(path: pathlib.Path = CASES_FILE, op: str | None = None) -> list[Case]:
+    """The cases of ``op`` (None: every case), in file order."""
     cases = [Case.from_json(raw) for raw in json.loads(path.read_text())["cases"]]
     return cases if op is None else [case for case in cases if case.op == op]
-
-
-def _ml_dtype(name: str):
-    import ml_dtypes  # a dependency of jax; torch builds bfloat16 natively
-
-    return np.dtype(getattr(ml_dtypes, name))

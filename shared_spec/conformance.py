@@ -1,10 +1,7 @@
-"""One harness that runs any backend over the conformance cases.
+"""One harness that runs any backend over the conformance cases and compares backends.
 
-A frontend supplies a ``Runner`` per backend: how to build its native arrays
-from case data, how to call the operation, how to read a pool back. Everything
-else (placement, pool layouts, comparing pools and errors, checking that a
-failed call left the pool untouched) lives here once, so adding a backend adds
-no case code.
+A frontend supplies a ``Runner`` per backend (how to build its arrays, call each operation, read a pool back);
+placement, pool layouts, judging against the case and checking that a failed call wrote nothing live here.
 """
 
 from __future__ import annotations
@@ -13,23 +10,11 @@ import dataclasses
 
 import numpy as np
 
-from shared_spec.arguments import ARGUMENT_NAMES, OUTPUT, START_COLS
-from shared_spec import assignment
-from shared_spec.cases import ASSIGN, ArrayData, Case, PythonValue
+from shared_spec.cases import ASSIGN, ArrayData, Case, Expect, PythonValue
+from shared_spec.checks import ASSIGN as ASSIGN_OP, SCATTER as SCATTER_OP
 
-# Extra columns around a "column_slice" pool: the slice starts at GUARD and the
-# parent has GUARD columns on either side, all of which must stay untouched.
-GUARD = 3
-GUARD_FILL = -77
-
-
-@dataclasses.dataclass
-class Outcome:
-    """What one call did: the pool it left (or None) and the exception it raised (or None)."""
-
-    pool: np.ndarray | None
-    error: BaseException | None
-    guards_untouched: bool = True
+# A "column_slice" pool starts GUARD columns into a parent with GUARD more on the right, all of them GUARD_FILL.
+GUARD, GUARD_FILL = 3, -77
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,53 +22,45 @@ class CaseResult:
     case: str
     status: str  # "pass", "fail" or "skip"
     detail: str = ""
-    # What the call produced, comparable across runners: ("error", class, message)
-    # or ("pool", shape, bytes); None when skipped.
+    # What the call did, comparable across runners: ("error", class, message) or ("pool", shape, bytes).
     signature: tuple | None = None
 
 
 class Runner:
-    """A frontend x backend pair that can run cases. Subclasses fill in the hooks.
+    """A frontend and backend that can run cases.
 
-    Hooks: ``array(data, device)`` builds a native array from ``ArrayData`` on a
-    canonical device (``"cpu"`` or ``self.accelerator``); ``call(args,
-    check_values)`` runs the operation and returns the native pool it leaves
-    (the argument itself for in-place frontends); ``numpy(native)`` reads a
-    native array back; ``args`` holds the four arguments by name, and ``"start_cols"`` where the case
-    passes it (an array, or a Python value such as None: pass it on as the ``start_cols=`` keyword);
-    ``assign(args)`` runs ``assign_req_to_token_pool`` (cases of ``op`` ``ASSIGN``: ``args`` holds the five
-    arrays and ``batch_size`` by sglang's names) and returns the native table it leaves; runners with
-    ``assigns`` False skip those cases;
-    ``column_slice(parent, start, width)`` returns a strided
-    view (in-place frontends only); ``broadcast_rows(row, n_rows)`` returns a
-    pool whose rows alias one row (in-place frontends only).
+    Hooks: ``array(data, device)`` a native array of ``ArrayData`` on ``"cpu"`` or ``self.accelerator``;
+    ``scatter(args, check_values)`` and ``assign(args)`` call the operation with the case's arguments by name
+    (``start_cols`` only where the case passes it; the assignment's ``batch_size`` a Python value) and return the
+    pool they leave; ``numpy(native)``; ``column_slice(parent, start, width)`` and ``broadcast_rows(row, n)`` for
+    frontends that write in place.
     """
 
-    frontend: str = ""
-    backend: str = ""
-    in_place: bool = False
-    # Canonical name of the device the runner computes on, when not the CPU.
+    frontend = ""
+    backend = ""
+    mode = ""  # the expectation this runner is judged by: cases.MODES
+    in_place = False
     accelerator: str | None = None
-    # Why this runner cannot run at all here (None: it can).
-    unavailable: str | None = None
-    # Whether the runner runs assign_req_to_token_pool (the assign hook).
-    assigns: bool = False
+    unavailable: str | None = None  # why this runner cannot run here (None: it can)
 
     @property
     def name(self) -> str:
         return f"{self.frontend}/{self.backend}"
 
-    # -- hooks -------------------------------------------------------------
+    @property
+    def device(self) -> str:
+        return self.accelerator or "cpu"
+
     def array(self, data: ArrayData, device: str):
         raise NotImplementedError
 
-    def call(self, args: dict, check_values: bool):
-        raise NotImplementedError
-
-    def numpy(self, native) -> np.ndarray:
+    def scatter(self, args: dict, check_values: bool):
         raise NotImplementedError
 
     def assign(self, args: dict):
+        raise NotImplementedError
+
+    def numpy(self, native) -> np.ndarray:
         raise NotImplementedError
 
     def column_slice(self, parent, start: int, width: int):
@@ -92,113 +69,98 @@ class Runner:
     def broadcast_rows(self, row, n_rows: int):
         raise NotImplementedError
 
-    # -- shared ------------------------------------------------------------
-    @property
-    def device(self) -> str:
-        return self.accelerator or "cpu"
+    def call_numpy(self, flat_in, offsets, rows, pool, start_cols=None, check_values=False) -> np.ndarray:
+        """numpy in, numpy out: the pool one scatter leaves (raises what the call raises)."""
+        args = {arg.name: value for arg, value in zip(SCATTER_OP.args, (flat_in, offsets, rows, pool))}
+        if start_cols is not None:
+            args["start_cols"] = start_cols
+        native = {k: self.array(ArrayData.of(v), self.device) for k, v in args.items()}
+        return self.numpy(self.scatter(native, check_values))
+
+    def assign_numpy(self, rows, table, start, end, loc, batch_size) -> np.ndarray:
+        """numpy in, numpy out: the table one assignment leaves."""
+        names = [arg.name for arg in ASSIGN_OP.args]
+        native = {n: self.array(ArrayData.of(v), self.device) for n, v in zip(names, (rows, table, start, end, loc))}
+        return self.numpy(self.assign({**native, "batch_size": batch_size}))
 
     def skip_reason(self, case: Case) -> str | None:
-        """Why this runner does not apply to ``case`` (None: it applies)."""
         if self.unavailable:
             return self.unavailable
-        if case.op == ASSIGN and not self.assigns:
-            return f"this backend does not run {ASSIGN}"
         if "in_place" in case.requires and not self.in_place:
             return "the case is for frontends that write in place"
         if "accelerator" in case.requires and self.accelerator is None:
             return "the case needs an accelerator beside the CPU"
         return None
 
-    def scatter(self, flat_in, offsets, req_pool_indices, pool_out, *, start_cols=None, check_values=False) -> np.ndarray:
-        """numpy in, numpy out: the pool after one call (raises what the call raises).
-
-        ``start_cols`` (None: the call passes none) goes to ``call`` as the args' ``"start_cols"``.
-        """
-        args = dict(zip(ARGUMENT_NAMES, (flat_in, offsets, req_pool_indices, pool_out)))
-        if start_cols is not None:
-            args[START_COLS.name] = start_cols
-        native = {k: self.array(ArrayData.of(v), self.device) for k, v in args.items()}
-        return self.numpy(self.call(native, check_values))
-
-    def invoke(self, case: Case) -> Outcome:
-        """Build the case's inputs natively, call once, and report what happened."""
-        native = {}
-        # start_cols only where the case has it: every other case calls with the four arguments.
-        names = (*ARGUMENT_NAMES, *(n for n in (START_COLS.name,) if n in case.args))
-        output = OUTPUT
-        if case.op == ASSIGN:  # the assignment's five arrays and batch_size, by sglang's names
-            names, output = (*assignment.ARGUMENT_NAMES, assignment.BATCH_SIZE), assignment.TABLE
-        for name in names:
-            arg = case.args[name]
-            device = "cpu" if name in case.host else self.device
-            native[name] = arg.value if isinstance(arg, PythonValue) else self.array(arg, device)
-        pool_data = case.args[output]
-        parent = None
+    def run(self, case: Case) -> tuple[np.ndarray | None, BaseException | None, bool]:
+        """``(pool after the call, exception raised, cells outside the pool untouched)`` for one call."""
+        output = (ASSIGN_OP if case.op == ASSIGN else SCATTER_OP).output
+        native = {name: arg.value if isinstance(arg, PythonValue) else
+                  self.array(arg, "cpu" if name in case.host else self.device) for name, arg in case.args.items()}
+        pool_data, parent = case.args[output], None
         if isinstance(pool_data, ArrayData) and self.in_place and case.layout == "column_slice":
             pool = pool_data.numpy()
             wide = np.full((pool.shape[0], pool.shape[1] + 2 * GUARD), GUARD_FILL, dtype=pool.dtype)
-            wide[:, GUARD : GUARD + pool.shape[1]] = pool
+            wide[:, GUARD:GUARD + pool.shape[1]] = pool
             parent = self.array(ArrayData.of(wide), self.device)
             native[output] = self.column_slice(parent, GUARD, pool.shape[1])
         elif isinstance(pool_data, ArrayData) and self.in_place and case.layout == "broadcast_rows":
-            row = ArrayData.of(pool_data.numpy()[0])
-            native[output] = self.broadcast_rows(self.array(row, self.device), pool_data.shape[0])
+            row = self.array(ArrayData.of(pool_data.numpy()[0]), self.device)
+            native[output] = self.broadcast_rows(row, pool_data.shape[0])
         before = self.numpy(native[output]) if isinstance(pool_data, ArrayData) else None
         try:
-            result = self.assign(native) if case.op == ASSIGN else self.call(native, case.check_values)
-        except Exception as error:  # the harness compares every exception
-            after = self.numpy(native[output]) if before is not None else None
-            untouched = before is None or np.array_equal(before, after)
-            return Outcome(pool=after, error=error, guards_untouched=untouched)
-        guards = True
+            result = self.assign(native) if case.op == ASSIGN else self.scatter(native, case.check_values)
+        except Exception as error:  # every exception is judged
+            after = None if before is None else self.numpy(native[output])
+            return after, error, before is None or np.array_equal(before, after)
+        untouched = True
         if parent is not None:
             wide = self.numpy(parent)
-            guards = bool((wide[:, :GUARD] == GUARD_FILL).all() and (wide[:, -GUARD:] == GUARD_FILL).all())
-        return Outcome(pool=self.numpy(result), error=None, guards_untouched=guards)
+            untouched = bool((wide[:, :GUARD] == GUARD_FILL).all() and (wide[:, -GUARD:] == GUARD_FILL).all())
+        return self.numpy(result), None, untouched
 
 
 def check_case(runner: Runner, case: Case) -> CaseResult:
-    """Run one case on one runner and judge it against the case's expectation."""
+    """Run one case on one runner and judge it against the runner's mode's expectation."""
     reason = runner.skip_reason(case)
     if reason is not None:
         return CaseResult(case.name, "skip", reason)
-    outcome = runner.invoke(case)
-    problem = judge(case, outcome, runner.accelerator)
-    return CaseResult(case.name, "fail" if problem else "pass", problem or "", signature(outcome))
+    pool, error, untouched = runner.run(case)
+    problem = judge(case.expected(runner.mode), pool, error, untouched, runner.accelerator)
+    if error is not None:
+        signature = ("error", type(error).__name__, str(error))
+    else:
+        signature = ("pool", None if pool is None else (pool.shape, pool.tobytes()))
+    return CaseResult(case.name, "fail" if problem else "pass", problem or "", signature)
 
 
-def signature(outcome: Outcome) -> tuple:
-    """What a call produced, in a form two runners' outcomes can be compared by."""
-    if outcome.error is not None:
-        return ("error", type(outcome.error).__name__, str(outcome.error))
-    pool = outcome.pool
-    return ("pool", None if pool is None else (pool.shape, pool.tobytes()))
-
-
-def judge(case: Case, outcome: Outcome, accelerator: str | None = None) -> str | None:
-    """What is wrong with ``outcome`` for ``case`` (None: nothing)."""
-    if case.expects_error:
-        error = outcome.error
+def judge(expect: Expect, pool, error, untouched: bool, accelerator: str | None = None) -> str | None:
+    """What is wrong with a call's outcome (None: nothing)."""
+    if expect.error_class is not None:
+        message = expect.error_message.replace("{accelerator}", accelerator or "")
         if error is None:
-            return f"expected {case.error_class}, but the call returned"
-        expected = case.message(accelerator)
-        if type(error).__name__ != case.error_class:
-            return f"expected {case.error_class}, got {type(error).__name__}: {error}"
-        if str(error) != expected:
-            return f"message differs:\n  expected: {expected}\n  got:      {error}"
-        if not outcome.guards_untouched:
-            return "the pool was written although the call raised"
-        return None
-    if outcome.error is not None:
-        return f"unexpected {type(outcome.error).__name__}: {outcome.error}"
-    expected = case.expected_pool.numpy()
-    if outcome.pool is None or outcome.pool.shape != expected.shape or outcome.pool.dtype != expected.dtype:
-        got = None if outcome.pool is None else (outcome.pool.shape, outcome.pool.dtype.name)
-        return f"pool of shape {expected.shape} int32 expected, got {got}"
-    wrong = np.argwhere(outcome.pool != expected)
+            return f"expected {expect.error_class}, but the call returned"
+        if type(error).__name__ != expect.error_class or str(error) != message:
+            return f"expected {expect.error_class}: {message}\n  got {type(error).__name__}: {error}"
+        return None if untouched else "the pool was written although the call raised"
+    if error is not None:
+        return f"unexpected {type(error).__name__}: {error}"
+    expected = expect.pool.numpy()
+    if pool is None or pool.shape != expected.shape or pool.dtype != expected.dtype:
+        return f"pool of shape {expected.shape} int32 expected, got {None if pool is None else (pool.shape, pool.dtype.name)}"
+    wrong = np.argwhere(pool != expected)
     if len(wrong):
         r, c = wrong[0]
-        return f"{len(wrong)} cells differ; first at [{r}, {c}]: expected {expected[r, c]}, got {outcome.pool[r, c]}"
-    if not outcome.guards_untouched:
-        return "cells outside the pool's column slice were written"
-    return None
+        return f"{len(wrong)} cells differ; first at [{r}, {c}]: expected {expected[r, c]}, got {pool[r, c]}"
+    return None if untouched else "cells outside the pool's column slice were written"
+
+
+def disagreements(case: Case, results: dict[str, tuple[str, CaseResult]]) -> list[str]:
+    """Runners whose outcomes differ where their modes expect the same: ``results`` maps a runner's name to its mode
+    and result. Returns the names of the runners that disagree with the first of their group (empty: all agree)."""
+    groups: dict[str, list[tuple[str, tuple]]] = {}
+    for name, (mode, result) in results.items():
+        if result.signature is not None:
+            key = repr(case.expected(mode).to_json())
+            groups.setdefault(key, []).append((name, result.signature))
+    return [name for members in groups.values() for name, sig in members[1:] if sig != members[0][1]]

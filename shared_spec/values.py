@@ -1,20 +1,9 @@
-"""The checked mode (``check_values=True``): value rules on offsets and rows.
+"""The checked mode (``check_values=True``): value rules on offsets, rows and first columns, in order.
 
-The rules are written once against an array namespace ``xp`` (numpy, or
-``jax.numpy`` under ``jit`` with checkify), so every frontend reports the same
-first violation with the same message. In order:
-
-1. ``offsets[0] >= 0``
-2. offsets non-decreasing (the first ``i`` with ``offsets[i] > offsets[i+1]``)
-3. ``offsets[bs] <= len(flat_in)``
-4. every row in ``[0, R)`` (the first row outside)
-5. rows distinct (the first ``j`` whose row appeared at an earlier ``i``)
-6. with ``start_cols``: every first column ``>= 0`` (the first below)
-
-A window that starts at or runs past the pool's width is not malformed: the
-op truncates at the width, windowed or not (a request whose row is full
-writes nothing). A negative first column is: an append never starts before
-column 0, and one that did would drop its first tokens silently.
+1. ``offsets[0] >= 0``; 2. offsets non-decreasing; 3. ``offsets[bs] <= len(flat_in)``; 4. every row in ``[0, R)``;
+5. rows distinct; 6. with ``start_cols``: every first column ``>= 0``. Written once against ``xp`` (numpy, or
+jax.numpy under ``jit`` with checkify), so every frontend reports the same first violation. A window at or past the
+width is not malformed: the operation truncates there.
 """
 
 from __future__ import annotations

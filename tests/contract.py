@@ -1,132 +1,116 @@
-"""The contract every backend passes: one test class, subclassed per backend.
+"""The contract every backend passes: one test class, subclassed per backend with its runner.
 
-A backend's test file defines a subclass with ``make_runner()`` returning its
-``shared_spec.conformance.Runner`` and ``examples``, the random-batch
-property's example count in the default Hypothesis profile (``tests.profiles``
-scales it: sized to what one example costs on that backend). The runner is
-made once per class. Nothing here knows a framework.
-
-The conformance cases are a sweep: a class whose kernel runs interpreted (a compile per case) sets ``case_every``,
-and the default run then takes ``sampled_cases``: every error case (refused before any kernel runs) and every
-``case_every``-th value case, the others marked ``slow`` (``mark_unsampled_cases_slow``, called by tests/conftest.py
-before ``-m`` deselects). ``-m slow`` runs the rest; ``kv-canary check`` (CI) runs every case on every backend.
+A backend's test module defines ``class TestX(Contract)`` with ``make_runner()`` (a ``shared_spec.conformance.Runner``)
+and the class attributes below. The conformance cases run on every backend (interpreted kernels take a sample by
+default: every error case and every ``case_every``-th value case; ``-m slow`` the rest); hostile random batches
+(``shared_spec.arg_specs.hostile_batch``, drawn by Hypothesis) are compared with the reference, windowed and not,
+in the backend's index dtypes; and a large well-formed batch crosses the kernels' launch shapes.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings, strategies as st
 
-from shared_spec import scatter_reference
-from shared_spec.cases import load_cases
+from shared_spec import arg_specs
+from shared_spec.cases import ASSIGN, load_cases
 from shared_spec.conformance import Runner, check_case
-from tests.profiles import property_settings
-from tests.strategies import batches, large_batch, windowed_batches
+from shared_spec.reference import assign_reference, scatter_reference
 
 CASES = load_cases()
-CASE_NAMES = [c.name for c in CASES]
-# The conformance cases of an interpreted kernel's default run: every INTERPRETED_CASE_EVERY-th value case.
-INTERPRETED_CASE_EVERY = 3
-# The conformance cases that are plain calls (no error, the pool as given), as numpy
-# (flat_in, offsets, req_pool_indices, pool_out): int64 extremes of rows and offsets,
-# overflowing differences, wrapping values.
-SEMANTIC_BATCHES = [
-    [c.args[name].numpy() for name in ("flat_in", "offsets", "req_pool_indices", "pool_out")]
-    for c in CASES if c.error_class is None and c.layout is None and "start_cols" not in c.args
-]
 
 
-def assert_same_pool(got: np.ndarray, expected: np.ndarray) -> None:
+def examples(n: int) -> settings:
+    """``n`` examples in the default run, ten times that with ``KV_CANARY_THOROUGH=1``."""
+    return settings(max_examples=n * (10 if settings.default.max_examples > 25 else 1))
+
+
+def sampled(every: int) -> list:
+    """The cases a default run takes: every error case and every ``every``-th value case; the rest marked slow."""
+    out, k = [], 0
+    for case in CASES:
+        keep = case.expect.pool is None or k % every == 0
+        k += case.expect.pool is not None
+        out.append(case if keep else pytest.param(case, marks=pytest.mark.slow))
+    return out
+
+
+def assert_same_pool(got, expected) -> None:
+    got = np.asarray(got)
     assert got.dtype == np.int32 and got.shape == expected.shape, (got.dtype, got.shape, expected.shape)
     wrong = np.argwhere(got != expected)
     assert len(wrong) == 0, f"{len(wrong)} cells differ, first at {wrong[0].tolist()}"
 
 
-def assert_written_by_its_requests(flat_in, offsets, rows, pool, got: np.ndarray) -> None:
-    """For batches that repeat rows (well-formed segments): each cell holds a value one of its row's requests writes there, or its old value if none does."""
-    for row in range(pool.shape[0]):
-        writers = [r for r in range(len(rows)) if rows[r] == row]
-        for j in range(pool.shape[1]):
-            values = {int(flat_in[offsets[r] + j].astype(np.int32)) for r in writers if j < offsets[r + 1] - offsets[r]}
-            if values:
-                assert int(got[row, j]) in values, (row, j)
-            else:
-                assert got[row, j] == pool[row, j], (row, j)
-
-
-def sampled_cases(cases, every: int) -> list:
-    """The cases a default run takes from ``cases`` (module docstring): the error cases, every ``every``-th other."""
-    value_index = {c.name: i for i, c in enumerate(c for c in cases if c.error_class is None)}
-    return [c for c in cases if value_index.get(c.name, 0) % every == 0]
-
-
-def mark_unsampled_cases_slow(items) -> None:
-    """Mark ``slow`` the conformance cases a contract class's ``case_every`` leaves out of the default run."""
-    taken: dict[int, set] = {}  # case_every -> the names of the cases sampled_cases takes
-    for item in items:
-        cls = getattr(item, "cls", None)
-        if cls is None or not issubclass(cls, ScatterContract) or getattr(item, "originalname", "") != "test_conformance_case":
-            continue
-        if cls.case_every not in taken:
-            taken[cls.case_every] = {c.name for c in sampled_cases(CASES, cls.case_every)}
-        if item.callspec.params["case"].name not in taken[cls.case_every]:
-            item.add_marker(pytest.mark.slow)
-
-
-class ScatterContract:
-    # Random batches per run in the default profile; interpreted kernels lower it.
-    examples: int = 20
-    # The backend compiles a program per shape (JAX's): its random batches take tests.strategies.FEW_SHAPES.
-    few_shapes: bool = False
-    # The default run's share of the conformance cases: every case_every-th (module docstring).
-    case_every: int = 1
-    # Requests in the large well-formed batch; kernels whose interpreter pays a
-    # host callback per request lower it (to a size still past one launch's block).
-    large_bs: int = 3000
+class Contract:
+    examples = 20  # random batches a run (interpreted kernels lower it)
+    case_every = 1  # the default run's share of the value cases
+    dtypes = (np.int64,)  # the index dtypes the backend takes
+    few_shapes = False  # draws shapes from arg_specs.PROPERTY_SHAPES (backends that compile per shape)
+    large_bs = 3000  # requests of the large well-formed batch
+    assigns = True  # runs assign_req_to_token_pool
 
     @classmethod
     def make_runner(cls) -> Runner:
         raise NotImplementedError
 
     @pytest.fixture(scope="class")
-    @classmethod
-    def runner(cls) -> Runner:
-        runner = cls.make_runner()
+    def runner(self) -> Runner:
+        runner = self.make_runner()
         if runner.unavailable:
             pytest.skip(runner.unavailable)
         return runner
 
-    @pytest.mark.parametrize("case", CASES, ids=CASE_NAMES)
     def test_conformance_case(self, runner, case):
+        if case.op == ASSIGN and not self.assigns:
+            pytest.skip("this backend does not run the assignment")
         result = check_case(runner, case)
         if result.status == "skip":
             pytest.skip(result.detail)
         assert result.status == "pass", result.detail
 
-    def test_random_batches_match_reference(self, runner):
-        @property_settings(self.examples)
-        @given(batch=batches(few_shapes=self.few_shapes))
-        def check(batch):
-            assert_same_pool(runner.scatter(*batch), scatter_reference(*batch))
+    @pytest.mark.parametrize("windowed", [False, True])
+    def test_hostile_batches_match_the_reference(self, runner, windowed):
+        @examples(self.examples)
+        @given(seed=st.integers(0, 2**32 - 1), shape=st.integers(0, len(arg_specs.PROPERTY_SHAPES) - 1),
+               sizes=st.tuples(st.integers(1, 8), st.integers(1, 24), st.integers(0, 8), st.integers(0, 64)),
+               dtype=st.sampled_from(self.dtypes))
+        def check(seed, shape, sizes, dtype):
+            if self.few_shapes:
+                sizes = arg_specs.property_shape(shape, (8, 24, 8, 64))
+            batch = arg_specs.hostile_batch(np.random.default_rng(seed), *sizes, dtype=dtype, windowed=windowed)
+            flat_in, offsets, rows, pool, start_cols = batch
+            expected = scatter_reference(flat_in, offsets, rows, pool, start_cols)
+            assert_same_pool(runner.call_numpy(flat_in, offsets, rows, pool, start_cols), expected)
 
         check()
 
-    def test_random_windowed_batches_match_reference(self, runner):
-        """start_cols: each request from its own first column (appends, windows past either edge, any int64)."""
+    def test_assignment_matches_the_reference(self, runner):
+        if not self.assigns:
+            pytest.skip("this backend does not run the assignment")
 
-        @property_settings(self.examples)
-        @given(batch=windowed_batches(few_shapes=self.few_shapes))
-        def check(batch):
-            *arrays, start_cols = batch
-            assert_same_pool(runner.scatter(*arrays, start_cols=start_cols), scatter_reference(*batch))
+        @examples(self.examples)
+        @given(seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from(self.dtypes), sglang_inputs=st.booleans())
+        def check(seed, dtype, sglang_inputs):
+            rng = np.random.default_rng(seed)
+            bs, width = int(rng.integers(0, 6)), int(rng.integers(1, 12))
+            if sglang_inputs:  # what sglang's callers pass: distinct rows, each request's new slots after its prefix
+                start = rng.integers(0, width, size=bs)
+                end = start + rng.integers(0, width - start + 1)
+                rows = rng.permutation(bs + 1)[:bs]
+                loc = rng.integers(0, 10_000, size=int((end - start).sum()))
+            else:
+                flat_in, offsets, rows, _, start = arg_specs.hostile_batch(rng, 4, width, bs, 12, dtype, windowed=True)
+                end, loc = offsets[1:] + start - offsets[:-1], flat_in
+            arrays = [np.asarray(a, dtype) for a in (rows, start, end, loc)]
+            table = arg_specs.hostile_batch(rng, bs + 1, width, 0, 0)[3]
+            expected = assign_reference(arrays[0], table, *arrays[1:], bs)
+            assert_same_pool(runner.assign_numpy(arrays[0], table, *arrays[1:], bs), expected)
 
         check()
 
-    def test_thousands_of_requests(self, runner):
-        batch = large_batch(bs=self.large_bs, width=9, seed=3)
-        assert_same_pool(runner.scatter(*batch), scatter_reference(*batch))
+    def test_a_large_well_formed_batch(self, runner):
+        flat_in, offsets, rows, pool = arg_specs.make_batch(f"{self.large_bs}x9r", seed=3, dtype=self.dtypes[0])
+        assert_same_pool(runner.call_numpy(flat_in, offsets, rows, pool), scatter_reference(flat_in, offsets, rows, pool))
 
-    def test_checked_mode_accepts_a_valid_batch(self, runner):
-        batch = large_batch(bs=40, width=7, seed=5)
-        assert_same_pool(runner.scatter(*batch, check_values=True), scatter_reference(*batch))
