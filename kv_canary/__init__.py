@@ -1,5 +1,4 @@
-"""The tools on top of both frontends: the conformance matrix, the ``kv-canary`` command, the benchmark.
+"""kv-canary's tools: the ``kv-canary`` command (``cli``): ``check`` (``check``), ``bench`` (``bench/``), ``plot``.
 
-``kv_canary.bridge`` (the DLPack bridge's documented name) and ``kv_canary.platform``
-re-export ``kv_canary_arrays``; nothing below the tools imports this package.
+They sit above both frontends and may import either; nothing below imports them.
 """

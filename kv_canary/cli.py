@@ -1,225 +1,130 @@
-"""``kv-canary``: the project's command line (``check``, ``bench``, ``plot``).
+"""``kv-canary``: ``check``, ``bench`` and ``plot``.
 
-Contract: ``main(argv) -> int`` parses ``argv`` (``sys.argv[1:]`` when None),
-runs the command and returns its exit code (``EXIT_*``; ``--help``,
-``--version`` and usage errors are returned too, not raised). Standard output
-carries the result only (the table and verdict); progress lines, notes about
-what is being loaded, and why a command could not run go to standard error.
-
-- Usage errors: the usage of the parser that met the error (a command's own
-  for ``kv-canary check --bogus``) and the message on stderr, exit
-  ``EXIT_USAGE``. Options are spelled in full (no argparse abbreviations), so
-  that ``--json`` is known before parsing has succeeded and a new option never
-  makes an old abbreviation ambiguous.
-- ``--json``: standard output is always exactly one JSON object, errors
-  included (a usage error, nothing ran, an interrupt, a crash): it holds
-  ``exit_code``, ``ok`` and, where the command did not do what was asked,
-  ``error`` (the message), beside whatever the command's own object holds
-  where it printed one (``main`` captures what the command prints and merges
-  the error into it). ``--help`` still prints the help.
-- Each command's ``--help`` ends with its own exit codes (``CHECK_EXIT_CODES``,
-  ``BENCH_EXIT_CODES``).
-- A missing framework is named once with one install hint
-  (``shared_spec.errors.install_hint``: the ``cpu`` extra, or the ``torch`` and
-  ``jax`` extras around a build of your own).
-
-- bare ``kv-canary``: the help, exit 0 (the first command a newcomer types;
-  nothing was asked, so nothing failed).
-- ``--version``: this package's version and the frameworks' versions, read from
-  the installed packages' metadata (nothing is imported).
-- ``check``: see ``CHECK_HELP``; ``--backend`` and ``--case`` are validated
-  before anything slow is imported (a backend name of an installed frontend
-  only once that frontend is loaded).
-- ``bench``: see ``BENCH_HELP``; on a TPU (JAX's default platform, where
-  libtpu is installed) it times the JAX implementations there; elsewhere,
-  without torch/triton/jax or without a CUDA GPU it explains what is missing
-  and exits ``EXIT_NOTHING_RAN``, before importing the benchmark module.
-- ``plot``: see ``PLOT_HELP`` (``kv_canary.plot``); without matplotlib it
-  names the ``plot`` extra and exits ``EXIT_NOTHING_RAN``.
+Contract: ``main(argv) -> int`` parses ``argv`` (``sys.argv[1:]`` when None), runs the command and returns its exit
+code (``EXIT_*``). Standard output carries the result alone (a table, the markdown, or with ``--json`` exactly one JSON
+object holding ``ok``, ``exit_code`` and, where the command did not do what was asked, ``error``, usage errors
+included); progress and reasons go to standard error. A command is a module's ``run(args) -> (code, payload, text)``
+(``kv_canary.check``, ``.bench``, ``.plot``), which raises ``CommandError`` where it cannot do what was asked. Bare
+``kv-canary`` prints the help and exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import fnmatch
+import glob
+import importlib
 import importlib.metadata
-import io
 import json
+import os
 import platform
 import sys
+import traceback
 
-from shared_spec import errors
-
-EXIT_OK = 0  # everything that ran passed and agreed
-EXIT_FAILED = 1  # a failure or disagreement (or, with --strict, a skipped backend)
-EXIT_USAGE = 2  # argparse's code for a usage error
-EXIT_NOTHING_RAN = 3  # a framework is missing, or bench has no CUDA GPU
-EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
-JSON = "--json"  # the option every command has; main looks for it in argv before parsing
-
-
-def exit_codes(meanings: dict[int, str]) -> str:
-    """A help epilog: each exit code a command can return, and what it means."""
-    return "exit codes:\n" + "".join(f"  {code:<3}  {meaning}\n" for code, meaning in meanings.items())
-
-
-MAIN_EXIT_CODES = exit_codes({
-    EXIT_OK: "the help or the version was printed",
-    EXIT_USAGE: "usage error: an unknown command or option",
-}) + "Each command's --help lists its own exit codes.\n"
-CHECK_EXIT_CODES = exit_codes({
-    EXIT_OK: "every backend that ran passed every case, and the backends compared agreed",
-    EXIT_FAILED: "a case failed or backends disagreed, or with --strict a backend was skipped",
-    EXIT_USAGE: "usage error: an unknown option, backend or case",
-    EXIT_NOTHING_RAN: "nothing could run: no selected backend can run here (torch/jax not installed, JAX x64 off)",
-    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
-})
-BENCH_EXIT_CODES = exit_codes({
-    EXIT_OK: "every backend was timed (the table, or with --json the rows, on stdout)",
-    EXIT_FAILED: "a backend disagreed with the reference or a measurement failed (the traceback on stderr)",
-    EXIT_USAGE: "usage error: an unknown option",
-    EXIT_NOTHING_RAN: "nothing could run: torch, triton or jax not installed, or no CUDA GPU (and no TPU)",
-    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
-})
-
-MAIN_HELP = """Check and time scatter_req_token_ids across its PyTorch and JAX backends.
-Run 'kv-canary COMMAND --help' for what a command does, how long it takes and its options."""
-
-CHECK_HELP = """Run each frontend/backend pair available here (torch/triton, jax/xla, ...;
---list names them all) over the conformance cases in
-shared_spec/data/conformance.json. Every case is judged against the spec (the
-expected pool, or the exact exception class and message with the pool left
-untouched), and compared across the backends that ran it (two or more): the
-same exception and message, or the same pool byte for byte. Prints a table,
-what was compared, the skip reasons and a verdict that says how many backends
-ran.
-
-Time: 30-60 s on a CPU-only machine, where the Triton and Pallas kernels run
-in their interpreters (5 s of imports, then up to 10 s per backend, mostly
-JAX compiling each case); a few seconds per backend on a GPU. A progress line
-goes to stderr as each backend starts. --backend and --case run a subset.
-
-A backend that cannot run here (framework not installed, no GPU, JAX x64 off
-through JAX_ENABLE_X64=0) is skipped and named with the reason; --strict
-makes any skip a failure."""
-
-BENCH_HELP = """Time every backend over sglang's benchmark grid plus larger, ragged and
-skewed cases: first the torch launcher's host time as a serving runtime calls
-it (shapes that change every call; kv_canary/bench_host.py), then device time
-and JAX wall time (method in kv_canary/bench.py). Needs a CUDA GPU, torch,
-triton and (unless --no-jax) jax. Takes several minutes (--quick: only cases
-of at most 2M tokens; --case: only the device-time rows of the cases named,
-to run one again; --host: the host table alone, under a minute; --step: the
-JAX step bench alone, kv_canary/bench_step.py, a few minutes, jax only, with
---windowed each implementation also with start_cols; --incremental: the
-windowed write's tables, kv_canary/bench_incremental.py, a few minutes, torch
-and triton only: the serving step, sglang's full snapshot against the
-incremental one, the windowed Triton kernel against the unwindowed one, host
-time with start_cols, printed as markdown to paste into docs/performance.md; --assign:
-assign_req_to_token_pool against a same-run kernel of sglang's design,
-kv_canary/bench_assign.py, a few minutes: device time, host time and, unless
---no-jax, the JAX step's marginal cost beside the plain XLA assignment). On a
-TPU it times the Mosaic TPU kernel against XLA instead (jax only). Every mode
-refuses a machine without a GPU in a second or two, but one: --step --short,
-a short run of the step bench that also works on a CPU."""
-
-PLOT_HELP = """Draw the figures of a kv-canary bench run (the JSON that kv-canary bench --json
-prints; docs/performance.json is the last run's) as PNGs: the Triton kernel over
-the per-request-tile baseline at every case, flushed and chained, and the
-launcher's host time in the serving pattern (kv_canary/plot.py). Any machine;
-needs matplotlib (pip install 'kv-canary[plot]'). Takes a few seconds."""
-PLOT_EXIT_CODES = exit_codes({
-    EXIT_OK: "the PNGs were written (their paths on stdout)",
-    EXIT_USAGE: "usage error: an unknown option, or a file that is not a bench run's JSON",
-    EXIT_NOTHING_RAN: "nothing was drawn: matplotlib not installed, or the run has no figures to draw",
-})
-
-NO_GPU = (
-    "no CUDA GPU here; bench times the compiled kernels on a GPU "
-    "(the one CPU variant: bench --step --short, a short run of the step bench)"
-)
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOTHING_RAN, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 class CommandError(Exception):
-    """Why a command could not do what was asked: ``main`` prints it and returns ``exit_code``."""
+    """Why a command could not do what was asked; ``code`` is its exit code."""
 
-    exit_code = EXIT_FAILED
-
-
-class UsageError(CommandError):
-    """A usage error: argparse's own (``Parser.error``), or a value it cannot validate (an unknown backend or case).
-
-    ``parser`` is the parser whose usage to print (None: the command's).
-    """
-
-    exit_code = EXIT_USAGE
-
-    def __init__(self, message: str, parser: argparse.ArgumentParser | None = None):
+    def __init__(self, message: str, code: int = EXIT_FAILED, payload: dict | None = None):
         super().__init__(message)
-        self.parser = parser
+        self.code, self.payload = code, payload or {}
 
 
-class NothingRan(CommandError):
-    """Nothing could run here (a framework missing or broken, no GPU); the message says why."""
+def usage_error(message: str) -> CommandError:
+    return CommandError(message, EXIT_USAGE)
 
-    exit_code = EXIT_NOTHING_RAN
 
-    def __init__(self, reason: str):
-        super().__init__(f"nothing ran: {reason}")
+def nothing_ran(message: str, payload: dict | None = None) -> CommandError:
+    return CommandError(f"nothing ran: {message}", EXIT_NOTHING_RAN, payload)
+
+
+def gpu_visible() -> bool:
+    """A CUDA device node, and CUDA_VISIBLE_DEVICES not empty: known without importing a framework."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def exit_codes(meanings: dict[int, str]) -> str:
+    return "exit codes:\n" + "".join(f"  {code:<3}  {text}\n" for code, text in meanings.items())
+
+
+MAIN_HELP = """Check and time scatter_req_token_ids and assign_req_to_token_pool across the torch and JAX frontends.
+'kv-canary COMMAND --help' says what a command does, how long it takes and its exit codes."""
+
+CHECK_HELP = """Run every runner of both frontends that can run here (torch/triton, torch/torch, jax/xla, jax/pallas,
+jax/mosaic, jax/mosaic_tpu) over the conformance cases of shared_spec/data/conformance.json. Each result is judged
+against what the case expects of the runner's mode (the pool, or the exception's class and exact message with the
+pool untouched), then runners whose modes expect the same outcome are compared with each other (the same exception
+and message, or the same pool byte for byte). The JAX runners run twice: in this process with JAX's defaults (x64
+off, mode jax_x64_off) and in a child process with JAX_ENABLE_X64=1 (mode jax, rows marked "(x64)").
+
+A kernel in an interpreter (Triton without a GPU; Pallas with interpret=True, as mosaic_tpu is off a TPU) runs every
+error case and every 4th value case; torch/torch, jax/xla and compiled kernels run every case; --all runs every case
+everywhere.
+
+Time: about 25 s on a 2-core machine without a GPU (up to a minute while other work loads it), --all about 50 s;
+on a GPU, where the kernels compile for each case's shapes, a minute or two. Progress goes to stderr. A runner that
+cannot run here is named with the reason; --strict makes that a failure."""
+
+BENCH_HELP = """Time the kernels on a CUDA GPU, every run of a comparison taking turns with the others (interleaved
+rounds, the order rotated each round), medians, ratios against baselines measured in the same run:
+  --device       the torch launcher's Triton kernel against a same-run kernel of sglang's design
+                 (kv_canary/baseline.py), over shared_spec.arg_specs' primary workloads: flushed (L2 flushed
+                 before each call, CUDA events) and chained (16 calls in a CUDA graph)
+  --host         the launcher's host time per call as a server calls it (a new len(flat_in) every call, bs
+                 changing, a repeat), against sglang's launcher and one eager torch op
+  --first-call   a fresh process with empty caches: the first call, calls 3-50 and the settled figure
+  --incremental  IncrementalWriter.step against sglang's full-snapshot step (pinned), one token per request
+  --step         JAX: the op's marginal cost in a jitted serving-like step, per implementation, against the
+                 scatter a JAX user writes by hand (int32 indices, x64 off)
+  --assign       assign_req_to_token_pool: device and host time against sglang's design, and its JAX step
+With none of them, all. Every pool written is compared with shared_spec.reference; a mismatch fails the run.
+
+Time: all parts about 5 minutes on one H100 (an estimate: each section of the page it writes states the seconds its
+part took), --quick a minute less; each part alone 20 s to 2 minutes. Without a CUDA GPU it exits 3 at once."""
+
+PLOT_HELP = """Draw docs/performance.json's device-time ratios (ours over sglang's design, flushed and chained, per
+workload) as one bar chart. Needs matplotlib (pip install 'kv-canary[plot]'). Takes a few seconds."""
+
+MAIN_CODES = exit_codes({EXIT_OK: "the help or the version was printed", EXIT_USAGE: "usage error"})
+CHECK_CODES = exit_codes({
+    EXIT_OK: "every case that ran passed and the runners compared agreed",
+    EXIT_FAILED: "a case failed, runners disagreed, a frontend failed to load, or with --strict a runner was skipped",
+    EXIT_USAGE: "usage error: an unknown option, backend or case",
+    EXIT_NOTHING_RAN: "nothing could run: torch and jax not installed, or no selected runner can run here",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+})
+BENCH_CODES = exit_codes({
+    EXIT_OK: "every selected part was measured",
+    EXIT_FAILED: "a result differed from the reference, or a part failed (its traceback on stderr)",
+    EXIT_USAGE: "usage error",
+    EXIT_NOTHING_RAN: "nothing could run: no CUDA GPU, or the frameworks the parts need are not installed",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+})
+PLOT_CODES = exit_codes({
+    EXIT_OK: "the picture was written (its path on stdout)",
+    EXIT_USAGE: "usage error, or the file is not what kv-canary bench --write writes",
+    EXIT_NOTHING_RAN: "matplotlib is not installed, or the file holds no device-time rows",
+})
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse's parser, with options spelled in full and usage errors raised as ``UsageError``.
-
-    An argument that a command's parser does not know is that command's usage
-    error (argparse would hand it up to the top parser, whose usage names none
-    of the command's options).
-    """
+    """argparse, options spelled in full, errors raised (``usage_error``) with this parser's usage on stderr."""
 
     def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
-        super().__init__(*args, allow_abbrev=False, **kwargs)
-
-    def parse_known_args(self, args=None, namespace=None):
-        namespace, unknown = super().parse_known_args(args, namespace)
-        if unknown:
-            self.error(f"unrecognized arguments: {' '.join(unknown)}" + self.misplaced_hint(unknown, namespace))
-        return namespace, unknown
-
-    def misplaced_hint(self, unknown: list[str], namespace) -> str:
-        """Where an unknown option is one of the chosen command's (``kv-canary --json check``): say it goes after the command."""
-        commands = [action for action in self._actions if isinstance(action, argparse._SubParsersAction)]
-        command = getattr(namespace, "command", None)
-        if not commands or command not in commands[0].choices:
-            return ""
-        known = commands[0].choices[command]._option_string_actions
-        misplaced = [word for word in unknown if word.split("=", 1)[0] in known]
-        if not misplaced:
-            return ""
-        words = " ".join(misplaced)
-        what = "is an option" if len(misplaced) == 1 else "are options"
-        return f" ({words} {what} of {command}: write {'it' if len(misplaced) == 1 else 'them'} after the command, 'kv-canary {command} {words}')"
+        super().__init__(*args, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
 
     def error(self, message):
-        raise UsageError(message, parser=self)
+        self.print_usage(sys.stderr)
+        raise usage_error(message)
 
 
-def say(args, line: str) -> None:
-    """A progress or status line on stderr (stdout stays the result's)."""
-    if not getattr(args, "quiet", False):
-        print(line, file=sys.stderr, flush=True)
-
-
-# -- --version ---------------------------------------------------------------------
-
-
-def version_text() -> str:
-    """This package's version and its frameworks', from package metadata (nothing imported)."""
-    lines = [f"kv-canary {_version('kv-canary') or 'unknown (not installed as a package)'}"]
-    lines.append(f"python {platform.python_version()}")
-    for name in ("torch", "triton", "jax", "jaxlib", "numpy"):
-        lines.append(f"{name} {_version(name) or 'not installed'}")
+def versions() -> str:
+    lines = [f"kv-canary {_version('kv-canary') or 'unknown (not installed)'}", f"python {platform.python_version()}"]
+    lines += [f"{name} {_version(name) or 'not installed'}" for name in ("torch", "triton", "jax", "jaxlib", "numpy")]
     return "\n".join(lines)
 
 
@@ -230,440 +135,91 @@ def _version(distribution: str) -> str | None:
         return None
 
 
-class VersionAction(argparse.Action):
-    def __init__(self, option_strings, dest, **kwargs):
-        super().__init__(option_strings, dest, nargs=0, help="print the versions of kv-canary and its frameworks, then exit")
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        print(version_text())
-        parser.exit(EXIT_OK)
-
-
-# -- check -------------------------------------------------------------------------
-
-
-def select_cases(patterns):
-    """The conformance cases whose names match any of ``patterns`` (all cases, of every op, when None)."""
-    from shared_spec.cases import load_cases
-
-    cases = load_cases(op=None)
-    if not patterns:
-        return cases
-    for pattern in patterns:
-        if not any(fnmatch.fnmatchcase(case.name, pattern) for case in cases):
-            raise UsageError(f"--case {pattern!r} matches no conformance case ('kv-canary check --list' names them)")
-    return [case for case in cases if any(fnmatch.fnmatchcase(case.name, p) for p in patterns)]
-
-
-def selected_frontends(names) -> tuple[str, ...]:
-    """The frontends ``--backend`` names (every frontend when None); unknown frontends are usage errors."""
-    from kv_canary.matrix import FRONTEND_NAMES
-
-    if not names:
-        return FRONTEND_NAMES
-    wanted = []
-    for name in names:
-        frontend = name.split("/", 1)[0]
-        if frontend not in FRONTEND_NAMES or name.endswith("/"):
-            raise UsageError(
-                f"--backend {name!r}: expected a frontend ({', '.join(FRONTEND_NAMES)}) "
-                "or frontend/backend, for example torch/triton or jax/xla"
-            )
-        if frontend not in wanted:
-            wanted.append(frontend)
-    return tuple(f for f in FRONTEND_NAMES if f in wanted)
-
-
-def select_runners(names, runners, skipped):
-    """Keep the runners and skip reasons ``--backend`` asked for; an unknown backend is a usage error.
-
-    A backend of a frontend that could not load at all (``frontend/*`` skipped)
-    is kept as that skip: which backends it has is unknown without it.
-    """
-    if not names:
-        return runners, skipped
-    known = [r.name for r in runners] + [name for name in skipped if not name.endswith("/*")]
-    for name in names:
-        if "/" in name and name not in known and f"{name.split('/')[0]}/*" not in skipped:
-            raise UsageError(f"--backend {name!r} is not a backend; the backends are: {', '.join(known)}")
-
-    def wanted(name: str) -> bool:
-        frontend = name.split("/")[0]
-        return frontend in names or name in names or (name.endswith("/*") and any(n.startswith(frontend + "/") for n in names))
-
-    return [r for r in runners if wanted(r.name)], {k: v for k, v in skipped.items() if wanted(k)}
-
-
-def verdict(result, strict: bool) -> tuple[int, str]:
-    """The exit code and the verdict line for a finished matrix."""
-    ran, skipped = len(result.rows), list(result.skipped)
-    counts = f"{ran} backend{'s' * (ran != 1)} ran"
-    if skipped:
-        counts += f", {len(skipped)} skipped ({', '.join(skipped)})"
-    if not result.rows:
-        return EXIT_NOTHING_RAN, "NOTHING RAN: no selected backend can run here (see the skip reasons)"
-    if result.failed:
-        return EXIT_FAILED, f"FAILED: {counts}"
-    if skipped and strict:
-        return EXIT_FAILED, f"FAILED (--strict: a backend was skipped): {counts}"
-    if skipped:
-        return EXIT_OK, f"OK: {counts}; --strict fails on skips"
-    return EXIT_OK, f"OK: {counts}"
-
-
-def check(args) -> int:
-    cases = select_cases(args.case)
-    frontends = selected_frontends(args.backend)
-    from kv_canary import matrix
-
-    missing = matrix.missing_frameworks(frontends)
-    loading = [name for frontend, _, name in matrix.FRONTENDS if frontend in frontends and name not in missing]
-    if loading:  # nothing to load where neither framework is installed: the skips and the install hint say so
-        say(args, f"kv-canary check: loading {' and '.join(loading)} (a few seconds)...")
-    notes = matrix.prepare_environment(frontends)
-    runners, skipped = matrix.collect_runners(frontends)
-    runners, skipped = select_runners(args.backend, runners, skipped)
-    install = errors.install_hint(missing) if missing else None
-    if args.list:
-        return list_backends(args, runners, skipped, cases, install)
-    for note in notes:
-        say(args, f"note: {note}")
-
-    spent: list[float] = []  # seconds of each backend that finished
-
-    def started(index, total, name):
-        left = f" (about {time_left(spent, total - index)} left)" if spent else ""
-        say(args, f"[{index + 1}/{total}] {name}: running {len(cases)} case{'s' * (len(cases) != 1)}...{left}")
-
-    def finished(name, results, seconds):
-        spent.append(seconds)
-        counts = {s: sum(r.status == s for r in results) for s in ("pass", "fail", "skip")}
-        say(args, f"      {name}: {counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped ({seconds:.1f} s)")
-
-    result = matrix.run_matrix(runners, cases, skipped=skipped, notes=notes, started=started, finished=finished)
-    code, line = verdict(result, args.strict)
-    if args.json:
-        extra = {"install": install} if install else {}
-        extra |= {"error": line} if code == EXIT_NOTHING_RAN else {}
-        print(json.dumps(result.to_json() | extra | {"ok": code == EXIT_OK, "exit_code": code, "verdict": line}, indent=2))
-        return code
-    lines = [render_table(result)] if result.rows else [f"skipped {name}: {why}" for name, why in result.skipped.items()]
-    print("\n".join(lines + ([f"install: {install}"] if install else []) + [line]))
-    return code
-
-
-def time_left(spent: list[float], remaining: int) -> str:
-    """A rough time for ``remaining`` more backends at the mean pace of those that finished (``spent``, seconds)."""
-    seconds = sum(spent) / len(spent) * remaining
-    if seconds < 1:
-        return "a second"
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
-
-
-def list_backends(args, runners, skipped, cases, install: str | None) -> int:
-    """``check --list``: the backends (and why some cannot run here), how to install a missing framework, the cases."""
-    if args.json:
-        listing = {"backends": [r.name for r in runners], "skipped": skipped, "cases": [c.name for c in cases]}
-        print(json.dumps(listing | ({"install": install} if install else {}), indent=2))
-        return EXIT_OK
-    lines = ["backends:"] + [f"  {r.name}" for r in runners]
-    lines += [f"  {name}  (cannot run here: {why})" for name, why in skipped.items()]
-    lines += [f"install: {install}"] if install else []
-    lines += ["cases:"] + [f"  {c.name}" for c in cases]
-    print("\n".join(lines))
-    return EXIT_OK
-
-
-def comparison_lines(result) -> list[str]:
-    """What was compared across backends, and only that: the cases two or more backends ran."""
-    if len(result.rows) < 2:
-        return [f"compared across backends: nothing ({len(result.rows)} backend ran)"]
-    lines = []
-    for kind, table, cases in (("errors", result.errors_identical, "error"), ("results", result.results_identical, "value")):
-        if table:
-            same = sum(table.values())
-            label = f"{kind} identical across backends:"
-            lines.append(f"{label:<35}{'yes' if same == len(table) else 'NO'} ({same}/{len(table)} {cases} cases)")
-    if result.not_compared:
-        lines.append(f"not compared (ran on one backend only): {', '.join(result.not_compared)}")
-    return lines
-
-
-def render_table(result) -> str:
-    lines = [
-        "",
-        f"{'frontend/backend':<18} {'passed':>6} {'failed':>6} {'skipped':>7}",
-        "-" * 40,
-    ]
-    for name, results in result.rows.items():
-        counts = [sum(r.status == s for r in results) for s in ("pass", "fail", "skip")]
-        lines.append(f"{name:<18} {counts[0]:>6} {counts[1]:>6} {counts[2]:>7}")
-    lines.append("-" * 40)
-    lines += comparison_lines(result)
-    for name, why in result.skipped.items():
-        lines.append(f"skipped {name}: {why}")
-    skipped_cases: dict[tuple[str, str], list[str]] = {}
-    for name, results in result.rows.items():
-        for r in results:
-            if r.status == "fail":
-                lines.append(f"FAIL {name} {r.case}: {r.detail}")
-            elif r.status == "skip":
-                skipped_cases.setdefault((r.case, r.detail), []).append(name)
-    for (case, why), names in skipped_cases.items():
-        lines.append(f"case {case} skipped on {', '.join(names)}: {why}")
-    for kind, table in (("errors", result.errors_identical), ("pools", result.results_identical)):
-        for case, same in table.items():
-            if not same:
-                lines.append(f"DISAGREE {case}: {kind} differ across backends")
-    return "\n".join(lines)
-
-
-# -- bench -------------------------------------------------------------------------
-
-
-def bench(args) -> int:
-    from kv_canary.bench import parse_case  # numpy only: a bad --case is a usage error before anything slow loads
-    from kv_canary.platform import installed
-
-    for text in args.case or ():
-        try:
-            parse_case(text)
-        except ValueError as error:
-            raise UsageError(f"--case {error}") from None
-    if args.case and args.host:
-        raise UsageError("--case selects device-time cases; --host times the launcher's host work alone")
-    if args.windowed and not args.step:
-        raise UsageError("--windowed is the step bench's: bench --step --windowed")
-    if args.assign:
-        _own_tables(args, "--assign runs its own cases and prints its tables (markdown, or --json)",
-                    (("--case", args.case), ("--host", args.host), ("--step", args.step), ("--quick", args.quick),
-                     ("--incremental", args.incremental), ("--short", args.short), ("--write", args.write)))
-        from kv_canary import bench_assign
-
-        return bench_assign.run(args)
-    if args.incremental:
-        _own_tables(args, "--incremental runs its own sizes and prints its tables (markdown to paste into "
-                          "docs/performance.md, or --json)",
-                    (("--case", args.case), ("--host", args.host), ("--step", args.step), ("--quick", args.quick),
-                     ("--no-jax", args.no_jax), ("--write", args.write)))
-        from kv_canary import bench_incremental
-
-        return bench_incremental.run(args)
-
-    if args.short and not args.step:
-        raise UsageError("--short is the step bench's CPU variant: bench --step --short")
-    if args.step:  # JAX alone: what the scatter adds to a jitted step like a server's (kv_canary.bench_step)
-        if not installed("jax"):
-            raise NothingRan(errors.not_installed(["jax"]))
-        from kv_canary import bench_step
-
-        step_argv = (["--json"] if args.json else []) + [arg for text in args.case or () for arg in ("--case", text)]
-        step_argv += ["--windowed"] if args.windowed else []
-        if args.short:
-            if bench_step.parser().parse_known_args(["--short"])[1]:
-                raise UsageError("--short: this kv_canary.bench_step has no short variant")
-            return bench_step.main(step_argv + ["--short"])
-        say(args, "kv-canary bench: loading jax (a few seconds)...")
-        from kv_canary_jax.platforms import gpu_device
-
-        if gpu_device() is None:  # on a CPU the full step bench runs for tens of minutes: refuse, as every mode does
-            raise NothingRan(NO_GPU)
-        return bench_step.main(step_argv)
-    if not args.no_jax and installed("jax"):
-        from kv_canary import bench as bench_module
-
-        if bench_module.tpu_available():
-            say(args, "kv-canary bench: on a TPU: timing mosaic_tpu against xla")
-            return bench_module.run_tpu(args)
-
-    needed = ("torch", "triton") + (() if args.no_jax else ("jax",))
-    missing = [name for name in needed if not installed(name)]
-    if missing:
-        raise NothingRan(errors.not_installed(missing))
-    require_gpu(args)
-    from kv_canary import bench as bench_module
-
-    return bench_module.run(args)
-
-
-def _own_tables(args, what: str, options) -> None:
-    """A bench mode that runs its own cases on torch and Triton: refuses the ``options`` (``(flag, given)`` pairs) it
-    takes none of, then a machine without torch, Triton or a GPU."""
-    from kv_canary.platform import installed
-
-    if others := [name for name, on in options if on]:
-        raise UsageError(f"{what}; it takes no {', '.join(others)}")
-    if missing := [name for name in ("torch", "triton") if not installed(name)]:
-        raise NothingRan(errors.not_installed(missing))
-    require_gpu(args)
-
-
-def require_gpu(args) -> None:
-    """Load torch and refuse a machine where it sees no CUDA GPU (``NO_GPU``), as every torch bench mode does."""
-    from kv_canary.matrix import BROKEN_FRAMEWORK
-    from kv_canary.platform import cuda_available
-
-    say(args, "kv-canary bench: loading torch (a few seconds)...")
-    try:
-        has_gpu = cuda_available()
-    except ImportError as error:
-        raise NothingRan(BROKEN_FRAMEWORK.format(module="torch", error=f"{type(error).__name__}: {error}")) from None
-    if not has_gpu:
-        raise NothingRan(NO_GPU)
-
-
-# -- plot --------------------------------------------------------------------------
-
-
-def plot(args) -> int:
-    import pathlib
-
-    try:  # the argument first: a wrong file is a usage error on every machine, matplotlib or not
-        saved = json.loads(pathlib.Path(args.bench_json).read_text())
-        saved["meta"], saved["rows"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise UsageError(f"{args.bench_json} is not the JSON of kv-canary bench --json ({error})") from None
-    try:
-        from kv_canary import plot as plot_module
-    except ImportError as error:  # the plot extra is not installed: its hint
-        raise NothingRan(str(error)) from None
-    written = [str(path) for path in plot_module.write(saved, pathlib.Path(args.out))]
-    if not written:
-        raise NothingRan(f"{args.bench_json} has no figures to draw")
-    print(json.dumps({"written": written, "ok": True, "exit_code": EXIT_OK}, indent=2) if args.json else "\n".join(written))
-    return EXIT_OK
-
-
-# -- main --------------------------------------------------------------------------
+def command(args):
+    """The command's module, imported only now: ``kv_canary.check``, ``kv_canary.bench``, ``kv_canary.plot``."""
+    return importlib.import_module(f"kv_canary.{args.command}").run(args)
 
 
 def parser() -> Parser:
-    top = Parser(prog="kv-canary", description=MAIN_HELP, epilog=MAIN_EXIT_CODES)
-    top.add_argument("--version", action=VersionAction)
-    sub = top.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-    p_check = sub.add_parser(
-        "check", description=CHECK_HELP, epilog=CHECK_EXIT_CODES,
-        help="run every backend here over the spec's conformance cases and compare them "
-        "(under a minute on a CPU-only machine, seconds on a GPU)",
-    )
-    p_check.add_argument(
-        JSON, action="store_true",
-        help="print one JSON object on stdout instead of the table: counts, failures, notes, skip reasons, verdict "
-        "(or the error and exit code)",
-    )
-    p_check.add_argument(
-        "--backend", action="append", metavar="NAME",
-        help="run only this backend (frontend/backend, e.g. torch/triton) or frontend (torch, jax); repeatable",
-    )
-    p_check.add_argument(
-        "--case", action="append", metavar="PATTERN",
-        help="run only the cases whose name matches (exact, or a shell pattern such as 'checked_*'); repeatable",
-    )
-    p_check.add_argument("--strict", action="store_true", help="exit 1 when any selected backend was skipped")
-    p_check.add_argument("--list", action="store_true", help="list the backends (and why any cannot run here) and the cases, then exit")
-    p_check.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
-    p_check.set_defaults(func=check, parser=p_check)
-    # bench
-    p_bench = sub.add_parser(
-        "bench", description=BENCH_HELP, epilog=BENCH_EXIT_CODES,
-        help="time every backend over sglang's benchmark grid (CUDA GPU only; several minutes)",
-    )
-    p_bench.add_argument(JSON, action="store_true", help="print one JSON object on stdout: the rows (or the error and exit code)")
-    p_bench.add_argument("--write", metavar="PATH", help="write the table as markdown (docs/performance.md)")
-    p_bench.add_argument("--quick", action="store_true", help="only cases of at most 2M tokens")
-    p_bench.add_argument("--case", action="append", metavar="CASE",
-                         help="only this case (BSxSEQ[r][a], such as 256x8192 or 64x32768r, or a skewed workload's name "
-                              "such as one_long_among_short_bs64): to run a case again; repeatable")
-    p_bench.add_argument("--no-jax", action="store_true", help="torch backends only")
-    p_bench.add_argument("--host", action="store_true", help="only the torch launcher's host time in the serving pattern (seconds)")
-    p_bench.add_argument("--step", action="store_true",
-                         help="only JAX: the scatter's marginal cost in a jitted step like a server's, per implementation (minutes)")
-    p_bench.add_argument("--windowed", action="store_true",
-                         help="with --step: each implementation also with start_cols, and the ratio over the unwindowed one")
-    p_bench.add_argument("--incremental", action="store_true",
-                         help="only the windowed write's tables (torch): the serving step, full snapshot against incremental; "
-                              "the windowed Triton kernel; host time with start_cols (a few minutes; markdown to paste into "
-                              "docs/performance.md, or --json)")
-    p_bench.add_argument("--assign", action="store_true",
-                         help="only assign_req_to_token_pool against a same-run kernel of sglang's design: device time, "
-                              "host time, the JAX step's marginal cost (a few minutes; markdown, or --json)")
-    p_bench.add_argument("--short", action="store_true",
-                         help="with --step: a short run that also works on a CPU (where only XLA runs)")
-    p_bench.add_argument("-q", "--quiet", action="store_true", help="no status lines on stderr")
-    p_bench.set_defaults(func=bench, parser=p_bench)
-    # plot
-    p_plot = sub.add_parser(
-        "plot", description=PLOT_HELP, epilog=PLOT_EXIT_CODES,
-        help="draw a bench run's figures as PNGs (any machine; needs the plot extra; seconds)",
-    )
-    p_plot.add_argument("bench_json", metavar="BENCH.json", help="what kv-canary bench --json printed (docs/performance.json)")
-    p_plot.add_argument("--out", default=".", metavar="DIR", help="the folder to write the PNGs into (default: here)")
-    p_plot.add_argument(JSON, action="store_true", help="print one JSON object on stdout: the files written (or the error)")
-    p_plot.set_defaults(func=plot, parser=p_plot)
+    top = Parser(prog="kv-canary", description=MAIN_HELP, epilog=MAIN_CODES)
+    top.add_argument("--version", action="version", version=versions(), help="the versions of kv-canary and its frameworks")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", title="commands", parser_class=Parser)
+
+    p = sub.add_parser("check", description=CHECK_HELP, epilog=CHECK_CODES,
+                       help="run every runner here over the conformance cases and compare them (about 25 s on a CPU)")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the table")
+    p.add_argument("--all", action="store_true", help="every case on every runner, interpreted kernels included")
+    p.add_argument("--backend", action="append", metavar="NAME",
+                   help="only this runner (torch/triton, jax/xla, ...; a shell pattern such as 'jax/*') or frontend "
+                        "(torch, jax); repeatable")
+    p.add_argument("--case", action="append", metavar="NAME",
+                   help="only the cases of this name (a shell pattern such as 'windowed_*'), every one on every runner; "
+                        "repeatable")
+    p.add_argument("--list", action="store_true", help="the runners and why any cannot run here, running no case")
+    p.add_argument("--strict", action="store_true", help="a runner that cannot run here is a failure")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
+    p = sub.add_parser("bench", description=BENCH_HELP, epilog=BENCH_CODES,
+                       help="time the kernels against same-run baselines (CUDA GPU; about 5 minutes)")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the markdown")
+    for part, text in (("device", "the scatter's device time"), ("host", "the launcher's host time"),
+                       ("first-call", "the first calls of a fresh process"), ("incremental", "IncrementalWriter.step"),
+                       ("step", "JAX: the marginal cost in a jitted step"), ("assign", "assign_req_to_token_pool")):
+        p.add_argument(f"--{part}", action="store_true", help=f"run this part: {text}")
+    p.add_argument("--quick", action="store_true", help="--device over the small workloads only")
+    p.add_argument("--write", nargs="?", const="docs", metavar="DIR",
+                   help="merge the parts measured into DIR/performance.json and write DIR/performance.md (DIR: docs)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
+    p = sub.add_parser("plot", description=PLOT_HELP, epilog=PLOT_CODES,
+                       help="draw the device-time ratios of docs/performance.json (needs matplotlib; seconds)")
+    p.add_argument("bench_json", nargs="?", default="docs/performance.json", metavar="PERFORMANCE.json",
+                   help="what kv-canary bench --write wrote (default: docs/performance.json)")
+    p.add_argument("--out", metavar="PNG", help="the picture's path (default: beside the JSON, performance.png)")
     return top
+
+
+def run(argv: list[str]) -> tuple[int, dict, str, str | None]:
+    """``(exit code, JSON payload, text, error message)`` of one command line."""
+    top = parser()
+    try:
+        args = top.parse_args(argv)
+    except SystemExit as done:  # --help or --version, printed
+        return (done.code if isinstance(done.code, int) else EXIT_OK), {}, "", None
+    except CommandError as error:
+        print(f"kv-canary: error: {error}", file=sys.stderr)
+        return error.code, {}, "", str(error)
+    if args.command is None:
+        top.print_help()
+        return EXIT_OK, {}, "", None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # stdout is the result's alone
+            code, payload, text = command(args)
+        return code, payload, text, None
+    except CommandError as error:
+        print(f"kv-canary {args.command}: {error}", file=sys.stderr)
+        return error.code, error.payload, "", str(error)
+    except KeyboardInterrupt:
+        print(f"kv-canary {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED, {}, "", "interrupted"
+    except Exception as crash:  # a bug: the traceback on stderr, and still one JSON object with --json
+        traceback.print_exc()
+        return EXIT_FAILED, {}, "", f"{type(crash).__name__}: {crash}"
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if JSON not in argv:
-        return run(argv)[0]
-    printed = io.StringIO()  # what the command prints: one JSON object, or none where it failed first
-    try:
-        with contextlib.redirect_stdout(printed):
-            code, error = run(argv)
-    except Exception as crash:  # a bug: the JSON object says so, then the traceback reaches stderr
-        print(json_error(printed.getvalue(), EXIT_FAILED, f"{type(crash).__name__}: {crash}"))
-        raise
-    if error is None:
-        sys.stdout.write(printed.getvalue())
-    else:
-        print(json_error(printed.getvalue(), code, error))
+    code, payload, text, error = run(argv)
+    wants_json = "--json" in argv and not ({"-h", "--help", "--version"} & set(argv))
+    if wants_json:
+        out = {**payload, "ok": code == EXIT_OK, "exit_code": code} | ({"error": error} if error else {})
+        print(json.dumps(out, indent=1))
+    elif text:
+        print(text)
     return code
 
 
-def json_error(printed: str, code: int, error: str) -> str:
-    """The one JSON object for a command that failed: the object it printed (if any) with the error merged in."""
-    try:
-        result = json.loads(printed) if printed.strip() else {}
-    except ValueError:
-        result = None
-    if not isinstance(result, dict):  # not a JSON object: keep it for the reader, off stdout
-        sys.stderr.write(printed)
-        result = {}
-    return json.dumps(result | {"ok": False, "exit_code": code, "error": error}, indent=2)
+if __name__ == "__main__":  # python -m kv_canary.cli: run the imported module, whose CommandError the commands raise
+    from kv_canary import cli
 
-
-def run(argv: list[str]) -> tuple[int, str | None]:
-    """Parse ``argv`` and run the command: the exit code, and the error message where it did not do what was asked."""
-    top = parser()
-    try:
-        args = top.parse_args(argv)
-    except SystemExit as done:  # --help or --version: argparse has printed it
-        return (done.code if isinstance(done.code, int) else EXIT_OK), None
-    except UsageError as error:
-        return report(error, top)
-    if args.command is None:
-        top.print_help()
-        return EXIT_OK, None
-    try:
-        return args.func(args), None
-    except CommandError as error:
-        return report(error, args.parser)
-    except KeyboardInterrupt:
-        print(f"{args.parser.prog}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED, "interrupted"
-
-
-def report(error: CommandError, command: argparse.ArgumentParser) -> tuple[int, str]:
-    """Say on stderr why ``command`` failed (a usage error after its parser's usage); its exit code and message."""
-    if isinstance(error, UsageError):
-        usage_of = error.parser or command
-        usage_of.print_usage(sys.stderr)
-        print(f"{usage_of.prog}: error: {error}", file=sys.stderr)
-    else:
-        print(f"{command.prog}: {error}", file=sys.stderr)
-    return error.exit_code, str(error)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.main())

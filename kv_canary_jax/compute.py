@@ -1,30 +1,16 @@
-"""The single-device computation under both entry points (``api`` and ``sharded``).
+"""The jitted single-device computation under ``api`` and ``sharded``.
 
-Contract:
-
-- ``prepare(arguments, platform, implementation, interpret, check_values) ->
-  (choice, staged)``: for arguments that passed the checks (the four, then
-  ``start_cols`` for a windowed call), what runs
-  (``implementations.choice`` for ``platform``; then ``check_values`` must be a
-  bool, ``shared_spec.checks.require_bool``) and whether the checked mode's
-  value rules are staged into the computation (``staged``: traced offsets,
-  rows or start_cols) rather than checked now on the host (concrete ones: the first
-  violation is raised here, before anything runs).
 - ``scatter(flat_in, offsets, rows, pool, start_cols=None, *, choice, interpret, staged, contiguous=False)``: the
-  jitted call on JAX arrays of one device (or one device's block under
-  ``shard_map``): the chosen implementation, per platform when
-  lowering; windowed where ``start_cols`` is an array (static: None has no
-  leaves, so ``jit`` traces an unwindowed call apart and it compiles exactly
-  as it does without the argument; every kernel gets ``start_cols`` only when
-  windowed, and the XLA path of a windowed call is ``xla_windowed``, given
-  ``contiguous``: the caller's promise that ``offsets`` starts at 0 and never decreases); with
-  ``staged``, gated by the value rules (``values.staged_checks``:
-  the pool comes back unchanged when one fails; around the kernels that run
-  once per example under ``vmap``, ``implementations.PER_EXAMPLE``, the gate
-  runs per example too).
+  implementation ``choice`` names (per platform when lowering) on checked JAX arrays of one device; with
+  ``staged``, gated by the value rules staged as checkify checks (a failed rule writes nothing).
+- ``assign(rows, table, start, end, loc, *, bs, choice, interpret)``: the assignment's running sum
+  (``assignment_offsets``) and the scatter, ``contiguous``, in one jitted program.
+- ``write(...)``: the unjitted body of both, which ``sharded`` runs per device.
 
-``api`` calls these for one device, ``sharded`` inside ``shard_map`` for each
-device's block; neither imports the other's private parts.
+The index dtype: ``offsets``, ``rows`` and ``start_cols`` compute in their common dtype (int64 if any is int64), and
+in int64 where ``N``, ``R`` or ``C`` does not fit int32 (x64 on; with x64 off JAX itself indexes in int32);
+``flat_in`` keeps its width (its values are cut to their low 32 bits). int32 inputs compute in int32 only. Every
+array made here is made inside the jitted program, so it lives where the inputs do.
 """
 
 from __future__ import annotations
@@ -32,69 +18,98 @@ from __future__ import annotations
 import functools
 
 import jax
+import jax.numpy as jnp
 from jax import lax
 
-from kv_canary_jax import batching, implementations, platforms, values, xla, xla_windowed
-from shared_spec.checks import require_bool
+from kv_canary_jax import implementations, values, xla
+from kv_canary_jax.arguments import x64_enabled
+from shared_spec.reference import assign_lengths
+
+INT32_SIZES = 2**31  # N, R and C below this index in int32
+PER_EXAMPLE = (implementations.MOSAIC, implementations.MOSAIC_TPU)  # kernels vmapped one example at a time
 
 
-def prepare(arguments, platform, implementation, interpret: bool, check_values: bool):
-    """``(choice, staged)`` for checked arguments; see the module docstring."""
-    choice = implementations.choice(implementation, platform, interpret)
-    flat_in, offsets, rows, pool, *window = arguments
-    start_cols = window[0] if window else None
-    if not require_bool("check_values", check_values):
-        return choice, False
-    if any(platforms.is_tracer(x) for x in (offsets, rows, *window)):
-        return choice, True
-    values.raise_eagerly(offsets, rows, flat_in.shape[0], pool.shape[0], start_cols)
-    return choice, False
+def index_dtype(arrays, sizes):
+    """The dtype ``offsets``, ``rows`` and ``start_cols`` compute in (module docstring)."""
+    dtype = jnp.result_type(*(a.dtype for a in arrays if a is not None))
+    if max(sizes) >= INT32_SIZES and x64_enabled():
+        return jnp.dtype(jnp.int64)
+    return dtype
 
 
-def _implementation(name: str, interpret: bool, windowed: bool = False, contiguous: bool = False):
-    # The kernels are imported here, once chosen: jax.experimental.pallas.triton,
-    # .mosaic_gpu and .tpu may not import (implementations says why), and the
-    # default must fall through past them without touching them.
+def per_example(call):
+    """``call`` whose ``jax.vmap`` runs it once per example in a ``lax.map`` (for kernels Pallas cannot batch)."""
+
+    @jax.custom_batching.custom_vmap
+    def one(*args):
+        return call(*args)
+
+    @one.def_vmap
+    def _batched(axis_size, in_batched, *args):
+        def example(batched):
+            batched = iter(batched)
+            return one(*(next(batched) if b else a for a, b in zip(args, in_batched)))
+
+        return lax.map(example, [a for a, b in zip(args, in_batched) if b]), True
+
+    return one
+
+
+def _implementation(name: str, interpret: bool, contiguous: bool):
+    # Kernel modules are imported once chosen: their Pallas modules may not import (implementations).
+    if name == implementations.XLA:
+        return functools.partial(xla.scatter, contiguous=contiguous)
     if name == implementations.PALLAS:
-        from kv_canary_jax import pallas_triton
-
-        return functools.partial(pallas_triton.scatter, interpret=interpret)
-    if name == implementations.MOSAIC:
-        from kv_canary_jax import pallas_mosaic_gpu
-
-        return functools.partial(pallas_mosaic_gpu.scatter, interpret=interpret)
-    if name == implementations.MOSAIC_TPU:
-        from kv_canary_jax import pallas_mosaic_tpu
-
-        return functools.partial(pallas_mosaic_tpu.scatter, interpret=interpret)
-    if windowed:
-        return functools.partial(xla_windowed.scatter, contiguous=contiguous)
-    return xla.scatter
+        from kv_canary_jax import pallas_triton as module
+    elif name == implementations.MOSAIC:
+        from kv_canary_jax import pallas_mosaic_gpu as module
+    else:
+        from kv_canary_jax import pallas_mosaic_tpu as module
+    return functools.partial(module.scatter, interpret=interpret)
 
 
-@functools.partial(jax.jit, static_argnames=("choice", "interpret", "staged", "contiguous"))
-def scatter(flat_in, offsets, rows, pool, start_cols=None, *, choice, interpret, staged, contiguous=False):
-    """The chosen implementation on JAX arrays; see the module docstring."""
-    windowed = start_cols is not None
-    # The operands every branch takes: the four, and start_cols only for a windowed call.
-    args = (flat_in, offsets, rows, pool) + ((start_cols,) if windowed else ())
+def write(flat_in, offsets, rows, pool, start_cols=None, *, choice, interpret: bool, staged: bool,
+          contiguous: bool = False):
+    """The body of ``scatter`` (module docstring)."""
+    dtype = index_dtype((offsets, rows, start_cols), (flat_in.shape[0], *pool.shape))
+    offsets, rows = offsets.astype(dtype), rows.astype(dtype)
+    start_cols = None if start_cols is None else start_cols.astype(dtype)
 
-    def write(*args):
-        if len(choice) == 1 and choice[0][0] is None:
-            return _implementation(choice[0][1], interpret, windowed, contiguous)(*args)
-        per_platform = {p: _implementation(name, interpret, windowed, contiguous) for p, name in choice if p is not None}
-        default = next((_implementation(name, interpret, windowed, contiguous) for p, name in choice if p is None), None)
-        return lax.platform_dependent(*args, default=default, **per_platform)
+    def run(flat_in, offsets, rows, pool, start_cols):
+        branches = {platform: _implementation(name, interpret, contiguous) for platform, name in choice}
+        if len(branches) == 1:
+            return branches[None](flat_in, offsets, rows, pool, start_cols)
+        return lax.platform_dependent(flat_in, offsets, rows, pool, start_cols, default=branches.pop(None), **branches)
 
+    args = (flat_in, offsets, rows, pool, start_cols)
     if not staged:
-        return write(*args)
+        return run(*args)
     ok = values.staged_checks(offsets, rows, flat_in.shape[0], pool.shape[0], start_cols)
 
     def gate(ok, *args):
-        return lax.cond(ok, write, lambda *args: args[3], *args)
+        return lax.cond(ok, run, lambda *args: args[3], *args)
 
-    if any(name in implementations.PER_EXAMPLE for _, name in choice):
-        # Under vmap, JAX batches a cond into a select of both branches, which it refuses for a branch
-        # with IO effects (Mosaic TPU's interpret mode): map the gate per example, as the kernel is.
-        gate = batching.per_example(gate)
+    if any(name in PER_EXAMPLE for _, name in choice):
+        # JAX batches a cond into a select of both branches, which it refuses for a branch with IO effects (the
+        # Mosaic TPU interpreter's callbacks): the gate goes per example too.
+        gate = per_example(gate)
     return gate(ok, *args)
+
+
+scatter = jax.jit(write, static_argnames=("choice", "interpret", "staged", "contiguous"))
+
+
+def assignment_offsets(rows, start, end, n_tokens: int, bs: int):
+    """``(offsets, rows, start)`` of the first ``bs`` requests: ``offsets = [0, min(cumsum(lengths), N)]``
+    (``reference.assign_windows``), saturated so that nothing wraps in the index dtype."""
+    dtype = index_dtype((rows, start, end), (n_tokens,))
+    rows, start, end = (a[:bs].astype(dtype) for a in (rows, start, end))
+    sums = xla.running_sum(assign_lengths(start, end, n_tokens, xla.Typed(dtype)), n_tokens, n_tokens)
+    return jnp.concatenate([jnp.zeros((1,), dtype), sums]), rows, start
+
+
+@functools.partial(jax.jit, static_argnames=("bs", "choice", "interpret"))
+def assign(rows, table, start, end, loc, *, bs: int, choice, interpret: bool):
+    """The table with the assignment of the first ``bs`` requests written (module docstring)."""
+    offsets, rows, start = assignment_offsets(rows, start, end, loc.shape[0], bs)
+    return write(loc, offsets, rows, table, start, choice=choice, interpret=interpret, staged=False, contiguous=True)

@@ -1,21 +1,28 @@
-"""The torch frontend of kv-canary's ``scatter_req_token_ids``.
+"""The torch frontend of kv-canary: sglang's launchers as drop-ins, on one spec.
 
-- ``launch_scatter_req_token_ids_kernel``: the drop-in launcher (``launcher``).
-- ``pack_token_ids``: per-request token lists -> ``(flat_in, offsets)`` (``packing``).
-- ``IncrementalWriter``: the incremental serving step, each request's new tokens at its
-  current length, one reused staging buffer, one copy, one launch (``incremental``).
-- ``assign_req_to_token_pool_func``: a drop-in for sglang's, the windowed scatter with offsets from the
-  requests' lengths (``assign``; its Triton kernel ``assign_kernel``).
+- ``launch_scatter_req_token_ids_kernel`` (``launcher``): each request's token ids into its row of the pool.
+- ``assign_req_to_token_pool_func`` (``assign``): sglang's assignment of new KV slots to requests' rows.
+- ``IncrementalWriter`` (``incremental``): a serving step's new tokens, one copy and one launch a step.
+- ``pack_token_ids`` (``packing``): per-request token lists as ``(flat_in, offsets)``.
 - ``BACKENDS``: the ``backend=`` choices (``backends``).
 
-Modules: ``checks`` (argument checks), ``backends`` (choosing one),
-``triton_kernel`` (the Triton kernels, imported lazily), ``torch_backend``
-(vectorized torch), ``values`` (checked mode), ``op`` (the implementation and
-its torch.library op), ``conformance`` (runners for ``shared_spec.conformance``);
-``launch/``, the Triton kernels' host side: the launch rule (``plan``), each
-launch and the remembered-call path (``dispatch``) and its native piece
-(``native``: ``native.cpp``).
+Inside: ``checks`` (the spec's checks in torch), ``scatter`` (checks, backend, checked mode, implementation),
+``op`` (the same under ``torch.compile``), ``launch`` (the Triton backend's one launch path), ``scatter_kernel`` and
+``assign_kernel`` (the Triton kernels), ``torch_backend`` (vectorized torch), ``values`` (the checked mode),
+``conformance`` (runners for ``shared_spec.conformance``).
 """
+
+try:
+    import torch  # noqa: F401
+except ModuleNotFoundError as missing:
+    if missing.name != "torch":
+        raise
+    from shared_spec import errors
+
+    raise ModuleNotFoundError(
+        errors.FRONTEND_NEEDS.format(frontend="kv_canary_torch", module="torch", hint=errors.install_hint(["torch"])),
+        name="torch",
+    ) from None
 
 from kv_canary_torch.assign import assign_req_to_token_pool_func
 from kv_canary_torch.backends import BACKENDS
@@ -23,4 +30,5 @@ from kv_canary_torch.incremental import IncrementalWriter
 from kv_canary_torch.launcher import launch_scatter_req_token_ids_kernel
 from kv_canary_torch.packing import pack_token_ids
 
-__all__ = ["BACKENDS", "assign_req_to_token_pool_func", "IncrementalWriter", "launch_scatter_req_token_ids_kernel", "pack_token_ids"]
+__all__ = ["BACKENDS", "IncrementalWriter", "assign_req_to_token_pool_func", "launch_scatter_req_token_ids_kernel",
+           "pack_token_ids"]

@@ -1,26 +1,21 @@
-"""Host helper: per-request token id lists -> ``(flat_in, offsets)``.
+"""Per-request token ids as the launcher's ``(flat_in, offsets)``, and the one conversion of a request's ids.
 
-Contract: ``pack_token_ids(token_lists, *, pin_memory=False)`` returns two
-int64 CPU tensors: ``flat_in``, the requests' ids concatenated in order, and
-``offsets`` of length ``len(token_lists) + 1`` with ``offsets[0] == 0`` and
-``offsets[r+1] - offsets[r] == len(token_lists[r])`` -- exactly what the
-launcher takes. Each entry is a list/tuple of ints, a 1-D integer numpy array or
-a 1-D integer tensor (any device; copied to the host). Every token id must fit
-in int64: the first one that does not (a Python int of 2**63 or more, or below
--2**63; an unsigned array value above 2**63 - 1) raises ``KvCanaryValueError``
-(``PACK_OUT_OF_RANGE``, naming the request, the position and the value).
-Anything that is not a 1-D sequence of integers raises ``KvCanaryTypeError``
-(``PACK_NOT_TOKEN_IDS``). Nothing is returned on an error.
+``pack_token_ids(token_lists, *, pin_memory=False)`` returns two int64 CPU tensors: ``flat_in``, the requests' ids
+concatenated in order, and ``offsets``, ``[0, cumsum(lengths)]``. ``pin_memory=True`` page-locks them (needs
+CUDA), so that ``.to("cuda", non_blocking=True)`` copies asynchronously.
 
-Cost: one conversion per request (a C loop inside numpy), one concatenate and
-one cumsum; no Python loop per token. ``pin_memory=True`` returns page-locked
-tensors, so ``flat_in.to("cuda", non_blocking=True)`` is a real async copy
-(it needs CUDA; torch raises without it).
+``token_lists`` is a sequence with one entry per request (a list, tuple or other sequence but a str, a numpy
+array or a tensor of one or more dimensions), else ``KvCanaryTypeError`` (``PACK_NOT_REQUESTS``). Each entry
+(``token_ids``) is a list or tuple of ints (Python or numpy ints; a bool counts as its int), or anything numpy makes
+a 1-D integer array of: an integer numpy array, a tensor on any device (copied to the host), a range. Anything else
+is ``KvCanaryTypeError`` (``PACK_NOT_TOKEN_IDS``), and an id no int64 holds ``KvCanaryValueError``
+(``PACK_OUT_OF_RANGE``), naming the request and the position. ``IncrementalWriter.step`` takes the same entries.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from array import array
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -30,54 +25,75 @@ from shared_spec import errors
 INT64 = np.iinfo(np.int64)
 
 
-def _out_of_range(ids, array: np.ndarray) -> tuple[int, int] | None:
-    """``(position, value)`` of the first token id no int64 holds, or None.
-
-    Two ways a sequence of integers escapes int64: an unsigned array with a
-    value above its maximum, and Python ints beyond it, for which numpy infers
-    float64 (losing the value) or object; only those go through a Python loop.
-    """
-    if array.dtype == np.uint64:
-        above = np.flatnonzero(array > INT64.max)
-        return (int(above[0]), int(array[above[0]])) if above.size else None
-    if array.dtype.kind in "fO" and not isinstance(ids, np.ndarray):
-        values = list(ids)
-        if all(isinstance(v, (int, np.integer)) for v in values):
-            for position, value in enumerate(values):
-                if not INT64.min <= value <= INT64.max:
-                    return position, int(value)
-    return None
+def requests(token_lists, where: str = errors.PACK_WHERE):
+    """``token_lists`` if it is a sequence of requests (module docstring), else the spec's ``KvCanaryTypeError``."""
+    kind = type(token_lists)
+    if kind is list or kind is tuple:
+        return token_lists
+    if isinstance(token_lists, (np.ndarray, torch.Tensor)):
+        if token_lists.ndim >= 1:
+            return token_lists
+        what = f"{kind.__name__} of shape {tuple(token_lists.shape)}"
+    elif isinstance(token_lists, Sequence) and not isinstance(token_lists, (str, bytes)):
+        return token_lists
+    else:
+        what = kind.__name__
+    raise errors.type_error(errors.PACK_NOT_REQUESTS, where=where, what=what)
 
 
-def _as_ids(index: int, ids, where: str = errors.PACK_WHERE) -> np.ndarray:
-    """One request's ids as a 1-D int64 numpy array; KvCanaryValueError or KvCanaryTypeError otherwise (the
-    messages name ``where``, the caller and its argument)."""
+def token_ids(index: int, ids, where: str = errors.PACK_WHERE) -> np.ndarray:
+    """Request ``index``'s ids as a 1-D int64 numpy array (module docstring), or the spec's error naming ``where``."""
+    kind = type(ids)
+    if kind is list or kind is tuple:
+        try:
+            return np.frombuffer(array("q", ids), dtype=np.int64)
+        except (TypeError, OverflowError):
+            raise _refusal(index, ids, where) from None
+    values = ids
+    if isinstance(ids, torch.Tensor):
+        try:
+            values = ids.detach().cpu().numpy()
+        except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16): no token ids either
+            values = None
+    try:
+        array_ = None if values is None else np.asarray(values)
+    except (TypeError, ValueError):
+        array_ = None
+    if array_ is not None and array_.ndim == 1 and (array_.dtype.kind in "iu" or array_.size == 0):
+        if array_.dtype == np.uint64 and array_.size and array_.max() > INT64.max:
+            raise _refusal(index, ids, where)
+        return array_.astype(np.int64, copy=False)
+    raise _refusal(index, ids, where)
+
+
+def _refusal(index: int, ids, where: str) -> Exception:
+    """The error for request ``index``'s ids, which ``token_ids`` did not take."""
     kind = type(ids).__name__
     if isinstance(ids, torch.Tensor):
-        ids = ids.detach().cpu().numpy()
+        return errors.type_error(errors.PACK_NOT_TOKEN_IDS, where=where, index=index,
+                                 what=f"{kind} of shape {tuple(ids.shape)} and dtype {str(ids.dtype)[6:]}")
     try:
-        array = np.asarray(ids)
+        values = np.asarray(ids)
     except (TypeError, ValueError):  # ragged nesting and the like
-        array = None
-    if array is not None and array.ndim == 1:
-        found = _out_of_range(ids, array)
-        if found is not None:
-            position, value = found
-            raise errors.value_error(
-                errors.PACK_OUT_OF_RANGE, where=where, index=index, position=position, value=value, low=INT64.min, high=INT64.max
-            )
-    if array is None or array.ndim != 1 or (array.dtype.kind not in "iu" and array.size > 0):
-        what = kind if array is None else f"{kind} of shape {array.shape} and dtype {array.dtype.name}"
-        raise errors.type_error(errors.PACK_NOT_TOKEN_IDS, where=where, index=index, what=what)
-    return array.astype(np.int64, copy=False)
+        values = None
+    if values is None or values.ndim == 0:  # no sequence at all: its type says what it is
+        return errors.type_error(errors.PACK_NOT_TOKEN_IDS, where=where, index=index, what=kind)
+    if values.ndim == 1:
+        items = values.tolist() if values.dtype == np.uint64 else list(ids) if values.dtype.kind in "fO" else []
+        if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items):
+            for position, value in enumerate(items):
+                if not INT64.min <= value <= INT64.max:
+                    return errors.value_error(errors.PACK_OUT_OF_RANGE, where=where, index=index, position=position,
+                                              value=int(value), low=INT64.min, high=INT64.max)
+    return errors.type_error(errors.PACK_NOT_TOKEN_IDS, where=where, index=index,
+                             what=f"{kind} of shape {values.shape} and dtype {values.dtype.name}")
 
 
-def pack_token_ids(token_lists: Sequence, *, pin_memory: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(flat_in, offsets)`` for ``launch_scatter_req_token_ids_kernel``; see the module docstring."""
-    arrays = [_as_ids(i, ids) for i, ids in enumerate(token_lists)]
-    lengths = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
+def pack_token_ids(token_lists, *, pin_memory: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(flat_in, offsets)`` for ``launch_scatter_req_token_ids_kernel`` (module docstring)."""
+    arrays = [token_ids(i, ids) for i, ids in enumerate(requests(token_lists))]
     offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+    np.cumsum([a.shape[0] for a in arrays], out=offsets[1:])
     flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
     flat_in, offsets_t = torch.from_numpy(flat), torch.from_numpy(offsets)
     if pin_memory:

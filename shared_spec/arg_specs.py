@@ -7,7 +7,7 @@
 - ``decode_step``: the serving pattern: every request appends new tokens at its current length (``start_cols``).
 - ``PROPERTY_SHAPES``: the few shapes property tests of compiled backends draw from, as fractions of their maxima.
 - ``hostile_batch``: a batch whose every value may be malformed: offsets, rows and first columns at the extremes of
-  the index dtype, decreasing and overlapping segments, rows repeated or outside the pool.
+  the index dtype, decreasing and overlapping segments, rows outside the pool.
 """
 
 from __future__ import annotations
@@ -118,8 +118,9 @@ def hostile_batch(rng: np.random.Generator, n_rows: int, width: int, bs: int, n_
     (``start_cols`` None unless ``windowed``), mixing well-formed requests with malformed values.
 
     Segments are mostly consecutive and in range; some have negative length, start below 0 or end past
-    ``flat_in``; an offset now and then sits at the dtype's extremes. Rows are mostly distinct rows of the pool,
-    some negative, past it or at the extremes, and a few repeated. First columns are mostly appends inside the row,
+    ``flat_in``; an offset now and then sits at the dtype's extremes. Rows are distinct rows of the pool (so that
+    the expected pool is unique: repeated rows are conformance cases), some negative, past it or at the extremes.
+    First columns are mostly appends inside the row,
     some at the edges, some anywhere in the dtype. Tokens span the dtype; the pool holds distinct sentinels.
     """
     info = np.iinfo(dtype)
@@ -132,8 +133,9 @@ def hostile_batch(rng: np.random.Generator, n_rows: int, width: int, bs: int, n_
     lengths = rng.integers(-3, width + 4, size=bs)
     offsets = np.concatenate([[rng.integers(-4, 7) * (rng.random() < 0.3)], np.cumsum(lengths)]).astype(np.int64)
     offsets = sometimes(offsets, 0.05, extremes)
-    rows = rng.permutation(max(n_rows, bs))[:bs] % max(n_rows, 1)
-    rows = sometimes(rows, 0.15, np.concatenate([extremes, [-1, n_rows, n_rows + 1, 0]]))
+    outside = np.concatenate([extremes, [n_rows, n_rows + 1]])  # rows the spec skips
+    rows = np.concatenate([rng.permutation(n_rows), rng.choice(outside, size=max(bs - n_rows, 0))])[:bs]
+    rows = sometimes(rows, 0.15, outside)
     flat_in = sometimes(rng.integers(0, 200_000, size=n_tokens), 0.3, extremes)
     start_cols = None
     if windowed:

@@ -234,7 +234,8 @@ def cells_overlap(shape, strides) -> bool:
     (rows, cols), (s0, s1) = shape, strides
     if rows <= 1 or cols <= 1:
         return (rows > 1 and s0 == 0) or (cols > 1 and s1 == 0)
-    if s0 <= 0 or s1 <= 0:
+    s0, s1 = abs(s0), abs(s1)  # a negative stride mirrors the array, which changes no overlap
+    if s0 == 0 or s1 == 0:
         return True
     # Cells (r, c) and (r + a, c - b) share memory when a * s0 == b * s1; the least such a, b > 0 are s1/g, s0/g.
     a, b = s0, s1

@@ -187,6 +187,7 @@ SHARDED_UNEVEN = (
 # pack_token_ids and IncrementalWriter.step: one request's token ids. {where}: PACK_WHERE or INCREMENTAL_WHERE.
 PACK_NOT_TOKEN_IDS = "kv-canary: {where}[{index}] must be a 1-D sequence of integers, got {what}"
 PACK_OUT_OF_RANGE = "kv-canary: {where}[{index}][{position}] = {value} is outside the int64 range [{low}, {high}]"
+PACK_NOT_REQUESTS = "kv-canary: {where} must be a sequence of one token-id sequence per request, got {what}"
 PACK_WHERE = "pack_token_ids token_lists"
 INCREMENTAL_WHERE = "IncrementalWriter.step {arg}"
 INCREMENTAL_TOO_MANY_REQUESTS = (

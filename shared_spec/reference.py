@@ -48,8 +48,8 @@ def window(start, end, first_col, width: int, n_tokens: int, xp=np):
     t1 = xp.where(end < t0, t0, xp.where(end > n_tokens, n_tokens, end))
     d = start - first_col
     wrapped = ((start ^ first_col) & (start ^ d)) < 0
-    base = xp.where(wrapped, xp.where(start < 0, -width, n_tokens),
-                    xp.where(d < -width, -width, xp.where(d > n_tokens, n_tokens, d)))
+    clipped = xp.where(d < -width, -width, xp.where(d > n_tokens, n_tokens, d))
+    base = xp.where(wrapped & (start < 0), -width, xp.where(wrapped, n_tokens, clipped))
     lo = xp.where(t0 - width >= base, width, xp.where(t0 < base, 0, t0 - base))
     hi = xp.where(t1 - width >= base, width, xp.where(t1 < base, 0, t1 - base))
     return base, lo, hi

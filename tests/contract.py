@@ -56,8 +56,9 @@ class Contract:
         raise NotImplementedError
 
     @pytest.fixture(scope="class")
-    def runner(self) -> Runner:
-        runner = self.make_runner()
+    @classmethod
+    def runner(cls) -> Runner:
+        runner = cls.make_runner()
         if runner.unavailable:
             pytest.skip(runner.unavailable)
         return runner
