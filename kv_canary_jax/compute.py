@@ -9,7 +9,7 @@
 
 The index dtype: ``offsets``, ``rows`` and ``start_cols`` compute in their common dtype (int64 if any is int64), and
 in int64 where ``N``, ``R`` or ``C`` does not fit int32 (x64 on; with x64 off JAX itself indexes in int32);
-``flat_in`` keeps its width (its values are cut to their low 32 bits). int32 inputs compute in int32 only. Every
+``flat_in`` keeps its width (its values are cut to their low 32 bits). int32 inputs of int32 sizes compute in int32 only. Every
 array made here is made inside the jitted program, so it lives where the inputs do.
 """
 

@@ -78,7 +78,7 @@ def error_from_checkify(err) -> errors.KvCanaryValueError | None:
 
 
 needs_checkify_p = Primitive("kv_canary_needs_checkify")
-needs_checkify_p.def_impl(lambda x: x)  # eager (vmap without jit): the checks run as they go
+needs_checkify_p.def_impl(lambda x: x)  # the primitive's value is its operand's
 needs_checkify_p.def_abstract_eval(lambda aval: aval)
 
 

@@ -1,4 +1,4 @@
-"""The XLA implementation: any platform, exact for every value, no host round trip for a well-formed batch.
+"""The XLA implementation: any platform, exact for every value, work in proportion to the cells written.
 
 ``scatter(flat_in, offsets, rows, pool, start_cols=None, *, contiguous=False)`` takes checked arrays (``offsets``,
 ``rows``, ``start_cols`` of one index dtype, int32 or int64, that holds ``N, R, C``; ``flat_in`` of either width)

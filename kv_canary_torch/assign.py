@@ -9,7 +9,7 @@ table. Index arrays int32 or int64, the table int32; ``batch_size`` an int (None
 Errors, before anything is written: the spec's checks (``checks``: its messages for the assignment; numpy and JAX
 arrays adopted), then ``backend``'s. ``backend`` (keyword only): ``"auto"`` (Triton for CUDA tensors, torch
 otherwise), ``"triton"`` (one launch of ``assign_kernel``, no host sync) or ``"torch"`` (``reference.assign_windows``
-in torch ops, then the windowed scatter: one host sync).
+in torch ops, then the windowed scatter, whose host syncs ``torch_backend`` states).
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ the current stream of the output's device and return: no host sync, no allocatio
 is launched where no cell can be written.
 
 A variant is ``(kernel, constexprs, pointer dtypes, device)``. The kernels pin every integer parameter to int64 (an
-annotation, never specialized) and every pointer to no alignment specialization, so the variant determines
+annotation, never specialized) and every pointer to no alignment specialization (but the tiled kernel's pool,
+which it is handed 16-byte aligned only), so the variant determines
 Triton's specialization of a launch completely: its first launch goes through ``kernel[grid](...)``, which
 compiles it, and the ``CompiledKernel`` that returns launches every later call of the variant itself
 (``CompiledKernel.run``, the stream by its raw id). Interpreted (``TRITON_INTERPRET=1``: CPU tensors), every
@@ -17,6 +18,8 @@ Launch shape of the scatter, a pure function of ``bs``, ``N``, ``C`` and the str
 the batch spans at most ``SMALL_CELLS`` cells ``bs * min(C, N)`` (latency-bound: short tiles finish soonest), else
 1024; 4 warps; ``lanes = min(cdiv(min(C, N), BLOCK), cdiv(TARGET_PROGRAMS, bs))`` programs a request, so a long
 request alone gets up to ``TARGET_PROGRAMS`` lanes and many short ones do not flood the GPU with idle programs.
+The tiled kernel instead where ``tiled`` says (large, full, unwindowed batches of long windows over contiguous,
+aligned memory): a program per 1024-cell tile of a window (``cdiv(min(C, N), 1024) + 1`` a request), 2 warps.
 """
 
 from __future__ import annotations

@@ -74,8 +74,8 @@ DEVICE_MISMATCH_HOST_POOL = (
 )
 NOT_WRITABLE = PREFIX + " pool_out cannot be written in place: {reason}"
 NOT_A_BOOL = PREFIX + " {option} must be a bool, got {type_name}"
-# The JAX frontend with x64 off: an int64 argument that is not a JAX array (host data) whose values int32 holds
-# becomes int32; one that int32 does not hold is refused.
+# The JAX frontend with x64 off: a concrete int64 argument (host data, a torch tensor, a JAX array made with x64 on)
+# whose values int32 holds becomes int32; one that int32 does not hold is refused.
 NOT_INT32 = (
     PREFIX + " {arg}[{index}] = {value} does not fit int32, and JAX holds int64 only with x64 enabled; "
     "pass int32 values, or enable x64"
@@ -127,13 +127,6 @@ TORCH_VMAP_BATCHED_SEGMENTS = (
     "under torch.func.vmap, a batched offsets, req_pool_indices or start_cols gives each example its own number of cells to "
     "write, which this path counts on the host; vmap over pool_out and flat_in only, or call once per example"
 )
-PALLAS_NEEDS_JAX = f"jax is not installed; install it (pip install 'kv-canary[{EXTRA['jax']}]') or pass another backend"
-PALLAS_BACKEND_DEVICE = "the JAX kernels take CUDA and CPU tensors, not {device} tensors; pass backend='torch'"
-PALLAS_BACKEND_NO_JAX_GPU = (
-    "JAX sees no CUDA GPU here (a jaxlib without its CUDA plugin, or none visible to it); "
-    "install jax with its CUDA plugin, or pass backend='triton' or 'torch'"
-)
-PALLAS_BACKEND_NO_KERNEL = "JAX can run none of its Pallas kernels on {device} tensors here ({causes}); pass another backend"
 PALLAS_NEEDS_GPU = (
     "the Pallas kernel lowers through Triton and needs a CUDA GPU; "
     "pass interpret=True to run it in the Pallas interpreter, or implementation='xla'"

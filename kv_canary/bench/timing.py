@@ -3,7 +3,7 @@
 - ``interleaved_samples``: every round times every run once, the order rotated by one each round, so that a drift of
   the machine hits every run alike and no run always goes first.
 - ``flushed_us``: device time of one call between CUDA events, the L2 flushed just before (256 MiB written, as
-  ``triton.testing.do_bench`` flushes it), calls taking turns; the median.
+  ``triton.testing.do_bench`` flushes it), each call replayed from a one-call CUDA graph, calls taking turns.
 - ``chained_us``: a CUDA graph of ``CHAIN`` calls minus one of a single call, over ``CHAIN - 1``: calls back to back
   with no flush and no host work between them, as in a captured serving step.
 - ``host_ns``: host time per call, no sync between calls, rounds of calls taking turns, a warm-up round first.
@@ -57,9 +57,25 @@ def event_timed(torch, fn) -> tuple:
     return start, end
 
 
+def graphs_of(torch, runs: dict, calls: int) -> dict:
+    """``{name: a CUDA graph of calls to runs[name]}`` (each run called once first: nothing compiles in a capture)."""
+    for fn in runs.values():
+        fn()
+    torch.cuda.synchronize()
+    graphs = {}
+    for name, fn in runs.items():
+        graphs[name] = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graphs[name]):
+            for _ in range(calls):
+                fn()
+    return graphs
+
+
 def flushed_us(torch, runs: dict, rounds: int = ROUNDS, before_round=None, calls: int = FLUSHED_CALLS,
                warmup: int = FLUSHED_WARMUP) -> dict:
-    """``{name: median us}`` over ``rounds * calls`` flushed calls of each run, the runs taking turns call by call."""
+    """``{name: median us}`` over ``rounds * calls`` flushed calls of each run, the runs taking turns call by call;
+    each call replayed from a one-call CUDA graph captured at the round's start (after ``before_round(k)``), so
+    that no launcher's host time reaches the figure."""
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
 
     def flushed(fn):
@@ -70,7 +86,8 @@ def flushed_us(torch, runs: dict, rounds: int = ROUNDS, before_round=None, calls
     for k in range(rounds):
         if before_round is not None:
             before_round(k)
-        for name, pairs in interleaved_samples(runs, flushed, warmup + calls).items():
+        replays = {name: graph.replay for name, graph in graphs_of(torch, runs, 1).items()}
+        for name, pairs in interleaved_samples(replays, flushed, warmup + calls).items():
             timed[name] += pairs[warmup:]
     torch.cuda.synchronize()
     return {name: statistics.median(s.elapsed_time(e) for s, e in pairs) * 1e3 for name, pairs in timed.items()}
@@ -78,16 +95,7 @@ def flushed_us(torch, runs: dict, rounds: int = ROUNDS, before_round=None, calls
 
 def chained_us(torch, runs: dict, replays: int = CHAINED_REPLAYS) -> dict:
     """``{name: us per call}`` chained: each run's graphs of 1 and ``CHAIN`` calls, replays taking turns."""
-    for fn in runs.values():
-        fn()  # compiled before capture
-    torch.cuda.synchronize()
-    graphs = {}
-    for name, fn in runs.items():
-        for k in (1, CHAIN):
-            graphs[name, k] = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graphs[name, k]):
-                for _ in range(k):
-                    fn()
+    graphs = {(name, k): graph for k in (1, CHAIN) for name, graph in graphs_of(torch, runs, k).items()}
     samples = interleaved_samples({name: name for name in runs},
                                   lambda name: [event_timed(torch, graphs[name, k].replay) for k in (1, CHAIN)],
                                   1 + replays)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import shlex
 import subprocess
+import sys
 
 import pytest
 
@@ -43,3 +45,12 @@ def test_kv_canary_commands_parse(command):
         cli.parser().parse_args(shlex.split(command)[1:])
     except SystemExit as done:  # --help, --version
         assert done.code == 0
+
+
+@pytest.mark.parametrize("block", re.findall(r"```python\n(.*?)```", TEXT or "", re.S))
+def test_python_blocks_run(block):
+    """Each Python example runs as written, in a fresh interpreter with JAX's defaults (x64 off)."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}
+    done = subprocess.run([sys.executable, "-c", block], text=True, capture_output=True, env=env,
+                          cwd=README.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
