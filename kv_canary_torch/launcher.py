@@ -23,6 +23,12 @@ def launch_scatter_req_token_ids_kernel(*, flat_in, offsets, req_pool_indices, p
     arguments, backend, ``check_values``, values. Under ``torch.compile`` the call is one graph node (``op``).
     """
     if _is_compiling():
+        if any(type(a) is not torch.Tensor and hasattr(a, "__dlpack__")
+               for a in (flat_in, offsets, req_pool_indices, pool_out, start_cols)):
+            # Another framework's arrays, which TorchDynamo would trace as tensors: the call runs eagerly.
+            torch._dynamo.disable(scatter)(flat_in, offsets, req_pool_indices, pool_out, start_cols, check_values,
+                                           backend)
+            return
         op.traced(flat_in, offsets, req_pool_indices, pool_out, start_cols, check_values, backend)
     else:
         scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols, check_values, backend)

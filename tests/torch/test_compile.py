@@ -161,3 +161,23 @@ def test_the_op_is_registered_with_its_schema():
     torch.library.opcheck(torch.ops.kv_canary.scatter_req_token_ids.default,
                           (flat, offsets, rows, sentinel(4, 6), None, False, "torch", False),
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
+
+
+def test_numpy_arrays_in_compiled_code_run_eagerly_with_the_spec_s_answers():
+    """Another framework's arrays break the graph (TorchDynamo would trace them as tensors) and take the eager
+    launcher: a numpy pool written in place, numpy inputs adopted, a bad one refused with the spec's message."""
+    def f(flat_in, offsets, rows, pool, start_cols=None):
+        launch_scatter_req_token_ids_kernel(flat_in=flat_in, offsets=offsets, req_pool_indices=rows, pool_out=pool,
+                                            start_cols=start_cols)
+        return pool
+
+    g = torch.compile(f)
+    flat, offsets, rows = torch.arange(5), torch.tensor([0, 2, 5]), torch.tensor([0, 1])
+    pool = np.zeros((2, 6), np.int32)
+    g(flat, offsets, rows, pool)
+    assert pool.tolist() == [[0, 1, 0, 0, 0, 0], [2, 3, 4, 0, 0, 0]]
+    tensor_pool = torch.zeros((2, 6), dtype=torch.int32)
+    g(flat.numpy(), offsets.numpy(), rows.numpy(), tensor_pool, np.array([1, 0]))
+    assert tensor_pool.tolist() == [[0, 0, 1, 0, 0, 0], [2, 3, 4, 0, 0, 0]]
+    with pytest.raises(errors.KvCanaryTypeError, match="pool_out must be int32, got float32"):
+        g(flat, offsets, rows, np.zeros((2, 6), np.float32))
