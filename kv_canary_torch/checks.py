@@ -42,7 +42,8 @@ DIALECT = checks.Dialect(
     rank="{x}.dim()",
     dtype_is="{x}.dtype is {dtype}",
     length="{x}.shape[0]",
-    same_device="{x}.device == {y}.device",
+    # Two CUDA tensors compare by index, without making torch.device objects (the hot path's costliest term).
+    same_device="(({x}.is_cuda and {y}.is_cuda and {x}.get_device() == {y}.get_device()) or {x}.device == {y}.device)",
     writable="(not {x}.is_inference() or inference_mode()) and torch_writable({x})",
     dtype_object=lambda name: getattr(torch, name),
     namespace={"Tensor": torch.Tensor, "strided": torch.strided, "backed": _backed, "torch_writable": torch_writable,
