@@ -1,8 +1,8 @@
 """Test-process setup: Triton's interpreter without a GPU, four JAX host devices, GPU tests skipped without CUDA.
 
-JAX runs with its defaults (x64 off); a test that needs int64 JAX arrays takes the ``x64`` fixture. XLA:CPU compiles
-with LLVM's optimizations off where there is no GPU (``FAST_CPU_COMPILE``): the CPU tests compile a program for
-almost every shape and run it once. Hypothesis: 25 examples a property by default, ten times that with
+JAX runs with its defaults (x64 off); a test that needs int64 JAX arrays takes the ``x64`` fixture. Without a GPU,
+XLA:CPU compiles with LLVM's optimizations off, as ``kv-canary check`` does (``kv_canary.check``): the CPU tests
+compile a program for almost every shape and run it once. Hypothesis: 25 examples a property by default, ten times that with
 ``KV_CANARY_THOROUGH=1``; a property states its own count with ``tests.contract.examples(n)``.
 """
 
@@ -12,18 +12,16 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+from kv_canary.check import compile_fast_without_gpu, interpret_triton_without_gpu
 from kv_canary_arrays.frameworks import cuda_available
 
-FAST_CPU_COMPILE = {"--xla_backend_optimization_level": "0", "--xla_cpu_use_fusion_emitters": "false"}
 flags = os.environ.get("XLA_FLAGS", "")
 if "--xla_force_host_platform_device_count" not in flags:
-    flags += " --xla_force_host_platform_device_count=4"
-if not cuda_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # read when a Triton kernel is defined
-    flags += "".join(f" {k}={v}" for k, v in FAST_CPU_COMPILE.items() if k not in flags)
-else:
+    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count=4".strip()
+if interpret_triton_without_gpu([]):  # without a GPU it set TRITON_INTERPRET, read when a Triton kernel is defined
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # pytest-xdist workers share the GPU
-os.environ["XLA_FLAGS"] = flags.strip()
+else:
+    compile_fast_without_gpu([])
 
 THOROUGH = os.environ.get("KV_CANARY_THOROUGH", "") not in ("", "0")
 settings.register_profile("kv-canary", max_examples=250 if THOROUGH else 25, deadline=None, print_blob=True,
