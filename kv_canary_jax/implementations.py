@@ -137,10 +137,11 @@ def choice(implementation, platform: str | None, interpret: bool) -> Choice:
     """What runs: one name for a known platform, one per platform present here under tracing."""
     if platform is not None:
         return ((None, choose(implementation, platform, interpret)),)
-    default = choose(implementation, default_platform(), interpret)  # raises for the likely platform
+    likely = default_platform()
+    default = choose(implementation, likely, interpret)  # raises for the likely platform
     branches: dict[str | None, str] = {None: default}
     for other in ("cpu", "cuda", "rocm", "tpu"):
-        if other != default_platform() and first_device(other) is not None:
+        if other != likely and first_device(other) is not None:
             try:
                 name = choose(implementation, other, interpret)
             except errors.KvCanaryValueError:
