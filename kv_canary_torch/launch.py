@@ -78,7 +78,7 @@ def scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols=None) -> No
     stride_row, stride_col = pool_out.stride()
     flat_stride, offsets_stride, rows_stride = flat_in.stride()[0], offsets.stride()[0], req_pool_indices.stride()[0]
     module = (_module or kernels())[0]
-    if start_cols is None and tiled(bs, n_tokens, cells, flat_stride, stride_col, pool_out.data_ptr()):
+    if start_cols is None and tiled(bs, n_tokens, cells, flat_stride, stride_col, pool_out):
         _launch(module.scatter_tiled_kernel, (bs, cdiv(cells, LARGE_BLOCK) + 1), pool_out,
                 (flat_in, offsets, req_pool_indices, pool_out, n_tokens, n_rows, width, offsets_stride, rows_stride,
                  stride_row), ("BLOCK",), (LARGE_BLOCK,), None, TILED_WARPS)
@@ -93,13 +93,14 @@ def scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols=None) -> No
             module.CONSTEXPRS, (block, lanes * block >= cells, windowed), None)
 
 
-def tiled(bs: int, n_tokens: int, cells: int, flat_stride: int, stride_col: int, pool_address: int) -> bool:
-    """Whether an unwindowed launch takes the tiled kernel: contiguous tokens and pool columns, a 16-byte aligned
-    pool, at least ``TILED_MIN_TOKENS`` tokens in windows of ``TILED_MIN_TILES`` tiles or more, a batch that fills
-    ``TILED_FILL`` percent of its grid, within grid axis 1."""
+def tiled(bs: int, n_tokens: int, cells: int, flat_stride: int, stride_col: int, pool) -> bool:
+    """Whether an unwindowed launch takes the tiled kernel: at least ``TILED_MIN_TOKENS`` tokens in windows of
+    ``TILED_MIN_TILES`` tiles or more, a batch that fills ``TILED_FILL`` percent of its grid, within grid axis 1,
+    contiguous tokens and pool columns, and a 16-byte aligned ``pool`` (its address read last: most launches are
+    decided by their sizes)."""
     tiles = cdiv(cells, LARGE_BLOCK)
-    return (flat_stride == 1 and stride_col == 1 and pool_address % 16 == 0 and n_tokens >= TILED_MIN_TOKENS
-            and tiles >= TILED_MIN_TILES and 100 * n_tokens >= TILED_FILL * bs * cells and tiles < 65535)
+    return (n_tokens >= TILED_MIN_TOKENS and tiles >= TILED_MIN_TILES and 100 * n_tokens >= TILED_FILL * bs * cells
+            and tiles < 65535 and flat_stride == 1 and stride_col == 1 and pool.data_ptr() % 16 == 0)
 
 
 def assign(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size: int) -> None:

@@ -215,12 +215,16 @@ def test_the_tiled_kernel_writes_the_reference_cells(width):
 
 
 def test_the_tiled_kernel_takes_only_large_full_batches_of_long_windows():
+    from types import SimpleNamespace
+
     from kv_canary_torch.launch import tiled
 
     big = 2**22
-    assert tiled(256, 256 * 32768, 32769, 1, 1, 256)  # sglang's 256 x 32768
-    assert not tiled(1024, 1024 * 2048, 2049, 1, 1, 256)  # 2M tokens
-    assert not tiled(256, big, 32769, 1, 1, 260)  # a pool not 16-byte aligned
-    assert not tiled(256, big, 32769, 2, 1, 256) and not tiled(256, big, 32769, 1, 2, 256)  # strided
-    assert not tiled(4096, big, 2048, 1, 1, 256)  # windows of two tiles
-    assert not tiled(256, big, 32769, 1, 1, 256)  # a ragged batch: half its grid idle
+    aligned, misaligned = SimpleNamespace(data_ptr=lambda: 256), SimpleNamespace(data_ptr=lambda: 260)
+    assert tiled(256, 256 * 32768, 32769, 1, 1, aligned)  # sglang's 256 x 32768
+    assert not tiled(1024, 1024 * 2048, 2049, 1, 1, aligned)  # 2M tokens
+    assert not tiled(256, 256 * 32768, 32769, 1, 1, misaligned)  # a pool not 16-byte aligned
+    assert not tiled(256, 256 * 32768, 32769, 2, 1, aligned)  # strided tokens
+    assert not tiled(256, 256 * 32768, 32769, 1, 2, aligned)  # strided pool columns
+    assert not tiled(4096, big, 2048, 1, 1, aligned)  # windows of two tiles
+    assert not tiled(256, big, 32769, 1, 1, aligned)  # a ragged batch: half its grid idle
