@@ -37,6 +37,7 @@ PREFIX = 1024  # lengths a prefix-loop iteration sums
 SMALL = 256  # lengths the one block of a group among the first SMALL requests sums
 BLOCK = 32  # columns of a request a chunk writes
 CONSTEXPRS = {"GROUP": GROUP, "PREFIX": PREFIX, "SMALL": SMALL, "BLOCK": BLOCK}
+NAMES, VALUES = tuple(CONSTEXPRS), tuple(CONSTEXPRS.values())  # as the launch passes them
 
 
 @triton.jit

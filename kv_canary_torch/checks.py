@@ -24,34 +24,35 @@ from shared_spec import checks
 from shared_spec.checks import ASSIGN, SCATTER, TORCH
 
 
-def _backed(x) -> bool:
-    """``torch_backed`` with its usual case first: a contiguous tensor's last element inside its storage."""
-    if x.is_contiguous():
-        n = x.numel()
-        return n == 0 or (x.data_ptr() != 0
-                          and (x.storage_offset() + n) * x.element_size() <= x.untyped_storage().nbytes())
-    return torch_backed(x)
-
-
 DIALECT = checks.Dialect(
     frontend=TORCH,
-    is_array="isinstance({x}, Tensor)",
-    # The conjugate bit is left out: only complex tensors have it, and the dtype terms refuse those.
-    storage="({x}.layout is strided and not {x}.is_nested and not {x}.is_neg() and backed({x}))",
-    has_data="not {x}.is_meta",
+    # Subclasses take the slow path, which adopts what they are.
+    is_array="type({x}) is Tensor",
+    # The conjugate bit is left out: only complex tensors have it, and the dtype terms refuse those. A contiguous
+    # tensor's extent by its size; any other's by torch_backed. Every argument lies on the output's device, a CUDA
+    # or CPU one (else the slow path), where storage of a positive size has an address.
+    storage="({x}.layout is strided and not {x}.is_nested and not {x}.is_neg() and ({x}.is_contiguous() and "
+            "({x}.storage_offset() + {x}.numel()) * {itemsize} <= {x}.untyped_storage().nbytes() or backed({x})))",
+    itemsize="{x}.itemsize",
+    has_data="({x}.is_cuda or {x}.is_cpu)",
     rank="{x}.dim()",
     dtype_is="{x}.dtype is {dtype}",
     length="{x}.shape[0]",
-    # Two CUDA tensors compare by index, without making torch.device objects (the hot path's costliest term).
-    same_device="(({x}.is_cuda and {y}.is_cuda and {x}.get_device() == {y}.get_device()) or {x}.device == {y}.device)",
+    # CUDA tensors compare by index, without making torch.device objects.
+    bindings="cuda, device = {y}.is_cuda, {y}.get_device()",
+    same_device="(cuda and {x}.get_device() == device and {x}.is_cuda or {x}.device == {y}.device)",
     writable="(not {x}.is_inference() or inference_mode()) and torch_writable({x})",
     dtype_object=lambda name: getattr(torch, name),
-    namespace={"Tensor": torch.Tensor, "strided": torch.strided, "backed": _backed, "torch_writable": torch_writable,
-               "inference_mode": torch.is_inference_mode_enabled},
+    namespace={"Tensor": torch.Tensor, "strided": torch.strided, "backed": torch_backed,
+               "torch_writable": torch_writable, "inference_mode": torch.is_inference_mode_enabled},
 )
 TRACED = dataclasses.replace(
     DIALECT,
+    is_array="isinstance({x}, Tensor)",
     storage="({x}.layout is strided and not {x}.is_nested and torch_lazy_bit({x}) is None)",
+    has_data="not {x}.is_meta",
+    bindings="",
+    same_device="{x}.device == {y}.device",
     writable="torch_writable({x})",
     namespace={**DIALECT.namespace, "torch_lazy_bit": torch_lazy_bit},
 )

@@ -1,6 +1,7 @@
 """The incremental serving step: each request's new tokens written at its current length, one copy and one launch.
 
-``IncrementalWriter(pool_out, max_requests, max_new_tokens, *, backend="auto")`` reserves once a ring of slots, each
+``IncrementalWriter(pool_out, max_requests, max_new_tokens, *, backend="auto", graphs=True)`` reserves once a ring
+of slots, each
 holding one step's launch inputs (offsets, rows, first columns, tokens; ``8 * (3 * max_requests + 1 +
 max_new_tokens)`` bytes): for a CUDA pool ``SLOTS`` of them in one pinned host buffer and one device buffer; for a
 CPU pool one slot, launched from where it is packed; for another device one slot and a synchronous copy.
@@ -10,7 +11,11 @@ CPU pool one slot, launched from where it is packed; for another device one slot
 ``step(new_tokens, rows, start_cols, *, lengths=None, check_values=False)`` writes request ``r``'s tokens into row
 ``rows[r]`` from column ``start_cols[r]`` (the launcher's windowed write): it packs the step into the next slot,
 copies it to the device in one ``copy_(non_blocking=True)`` on the current stream, and launches once through the
-launcher's operation (its checks, ``backend`` and ``check_values``) on views of the slot. The forms:
+launcher's operation (its checks, ``backend`` and ``check_values``) on views of the slot. With ``graphs`` (a
+CUDA pool, the Triton backend), a step whose slot and sizes ``(bs, count)`` ran before replays that copy and
+launch as one CUDA graph, captured then: on the stream current when the writer was made, where the pool is the
+tensor it was captured on (address, storage, shape, strides, dtype, device, bits) and ``check_values`` is False,
+outside ``torch.func`` transforms and stream captures; any other step runs as above. The forms:
 
 - nested (``lengths=None``): ``new_tokens`` one entry per request, each as ``pack_token_ids`` takes it (the same
   conversion, the same errors naming ``new_tokens``);
@@ -40,9 +45,11 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from kv_canary_torch import backends, launch
 from kv_canary_torch.packing import requests, token_ids
 from kv_canary_torch.scatter import scatter
 from shared_spec import errors
+from shared_spec.checks import require_bool
 
 MAX_REQUESTS = 2**20
 MAX_NEW_TOKENS = 2**24
@@ -51,6 +58,9 @@ FENCE_EVERY = 4  # half a lap: the host runs up to half a lap ahead of its strea
 VIEWS_KEPT = 8  # (bs, count) shapes whose views each slot keeps (a decode loop repeats one)
 
 _TOKENS = errors.INCREMENTAL_WHERE.format(arg="new_tokens")
+_active = torch._C._are_functorch_transforms_active
+_raw_stream = launch._raw_stream
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
 _INT64_MAX = np.iinfo(np.int64).max
 
 
@@ -97,6 +107,12 @@ def _capacity(name: str, value, limit: int) -> int:
     return int(value)
 
 
+def _pool_state(pool) -> tuple:
+    """What a graph bakes in of the pool, and what the launcher's checks read of it that can change in place."""
+    return (pool.data_ptr(), pool.untyped_storage().nbytes(), pool.shape, pool.stride(), pool.dtype,
+            pool.get_device(), pool.is_neg(), not pool.is_inference() or torch.is_inference_mode_enabled())
+
+
 class _Views(NamedTuple):
     """One step's views of its slot: the copy's destination and source (None for a CPU pool), the launch's inputs."""
 
@@ -111,7 +127,7 @@ class _Views(NamedTuple):
 class IncrementalWriter:
     """A ring of staging slots; one copy and one launch a step (module docstring)."""
 
-    def __init__(self, pool_out, max_requests, max_new_tokens, *, backend="auto"):
+    def __init__(self, pool_out, max_requests, max_new_tokens, *, backend="auto", graphs=True):
         if not isinstance(pool_out, torch.Tensor):
             raise errors.type_error(errors.INCREMENTAL_POOL, what=type(pool_out).__name__)
         if pool_out.dim() != 2 or pool_out.dtype != torch.int32:
@@ -139,7 +155,11 @@ class IncrementalWriter:
         self._fences: deque = deque()  # (event, the slots whose last use it covers), oldest first
         self._free_events = [torch.cuda.Event() for _ in range(self._slots)] if ring else []
         self._ring = ring
-        self._home = torch.cuda.current_stream(device) if ring else None  # where the buffers were made
+        triton = type(backend) is str and backend in ("auto", "triton") and backends.HAVE_TRITON
+        self._graphs = {} if require_bool("graphs", graphs) and ring and triton else None  # (slot, bs, count) -> its graph
+        self._home_id = torch.cuda.current_stream(device).cuda_stream if ring else None  # where the buffers were made
+        self._index = pool_out.get_device()
+        self._checked = None  # _pool_state of the pool the last eager step wrote: the one graphs may write
 
     def step(self, new_tokens, rows, start_cols, *, lengths=None, check_values=False) -> None:
         """Write request ``r``'s new tokens into row ``rows[r]`` from column ``start_cols[r]`` (module docstring)."""
@@ -251,22 +271,57 @@ class IncrementalWriter:
 
     def _send(self, slot: int, bs: int, count: int, check_values) -> None:
         """The packed slot's copy and launch; on the ring, the slot is in use after them, raised or not."""
-        views = self._kept[slot].get((bs, count)) or self._views(slot, bs, count)
+        kept = self._kept[slot].get((bs, count))
         try:
+            if kept is not None and self._graphs is not None and self._replay(slot, bs, count, kept, check_values):
+                return
+            views = kept or self._views(slot, bs, count)
             if views.copy_to is not None:
                 views.copy_to.copy_(views.copy_from, non_blocking=self._ring)
             scatter(views.flat_in, views.offsets, views.rows, self.pool_out, views.start_cols, check_values,
                     self.backend)
+            if self._graphs is not None:
+                self._checked = _pool_state(self.pool_out)  # the pool the launcher took: graphs may write it
         finally:
             if self._ring:
                 self._release(slot)
+
+    def _replay(self, slot: int, bs: int, count: int, views, check_values) -> bool:
+        """Replay the step's graph, captured first if need be, where the module docstring allows; else False."""
+        if (check_values is not False or _raw_stream(self._index) != self._home_id or _active()
+                or _capturing()):
+            return False
+        if _pool_state(self.pool_out) != self._checked:  # the pool changed in place: its graphs go, the launcher
+            self._graphs.clear()                          # checks it again
+            return False
+        graph = self._graphs.get((slot, bs, count))
+        if graph is None:
+            graph = self._graphs[(slot, bs, count)] = self._capture(views)
+        graph.replay()
+        return True
+
+    def _capture(self, views):
+        """A graph of the step's copy and launch, on a side stream (nothing runs while it is captured); the
+        launcher's checks passed on these views and this pool in an earlier step."""
+        graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream(self.pool_out.device)
+        with torch.cuda.stream(side):
+            graph.capture_begin(capture_error_mode="thread_local")
+            try:
+                views.copy_to.copy_(views.copy_from, non_blocking=True)
+                launch.scatter(views.flat_in, views.offsets, views.rows, self.pool_out, views.start_cols)
+            finally:
+                graph.capture_end()
+        return graph
 
     def _views(self, slot: int, bs: int, count: int) -> _Views:
         """A step's views of ``slot``, made once per ``(bs, count)`` and kept for the last ``VIEWS_KEPT`` of them
         (slicing a tensor costs host time)."""
         kept = self._kept[slot]
         if len(kept) >= VIEWS_KEPT:
-            del kept[next(iter(kept))]
+            oldest = next(iter(kept))
+            del kept[oldest]
+            if self._graphs:
+                self._graphs.pop((slot, *oldest), None)
         base, device = slot * self._slot_size, self._device
         used = base + self._tokens_at + count
         copy = (None, None) if device is self._host else (device[base:used], self._host[base:used])
@@ -299,10 +354,10 @@ class IncrementalWriter:
 
     def _fence(self) -> None:
         """Record an event on the current stream, after every step queued so far: the open slots' last uses."""
-        stream = torch.cuda.current_stream(self.pool_out.device)
+        stream = torch.cuda.current_stream(self._index)
         event = self._free_events.pop()  # one is free: each outstanding event covers at least one busy slot
         event.record(stream)
         self._fences.append((event, self._open))
         self._open = []
-        if stream != self._home:  # the device buffer, freed with the writer, waits for this stream's work too
+        if stream.cuda_stream != self._home_id:  # the device buffer, freed with the writer, waits for this stream's work too
             self._device.record_stream(stream)

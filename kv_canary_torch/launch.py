@@ -10,15 +10,17 @@ annotation, never specialized) and every pointer to no alignment specialization 
 which it is handed 16-byte aligned only), so the variant determines
 Triton's specialization of a launch completely: its first launch goes through ``kernel[grid](...)``, which
 compiles it, and the ``CompiledKernel`` that returns launches every later call of the variant itself
-(``CompiledKernel.run``, the stream by its raw id). Interpreted (``TRITON_INTERPRET=1``: CPU tensors), every
+(``CompiledKernel.run``, the stream by its raw id, each pointer as the address the checks vouched for: an int,
+which Triton's launcher takes as it is). A launch on another device than the current goes through
+``kernel[grid](...)`` under that device. Interpreted (``TRITON_INTERPRET=1``: CPU tensors), every
 launch is ``kernel[grid](...)`` under one process-wide lock, since Triton's interpreter keeps the launch in
 progress (grid indices, its patches of ``triton.language``) in module globals.
 
 Launch shape of the scatter, a pure function of ``bs``, ``N``, ``C`` and the strides: ``BLOCK`` 256 columns where
 the batch spans at most ``SMALL_CELLS`` cells ``bs * min(C, N)`` (latency-bound: short tiles finish soonest), else
 1024; 4 warps; ``lanes = min(cdiv(min(C, N), BLOCK), cdiv(TARGET_PROGRAMS, bs))`` programs a request, so a long
-request alone gets up to ``TARGET_PROGRAMS`` lanes and many short ones do not flood the GPU with idle programs.
-The tiled kernel instead where ``tiled`` says (large, full, unwindowed batches of long windows over contiguous,
+request alone gets up to ``TARGET_PROGRAMS`` lanes and many short ones do not flood the GPU with idle programs;
+``UNIT`` where tokens and pool columns are contiguous (no stride multiply a cell). The tiled kernel instead where ``tiled`` says (large, full, unwindowed batches of long windows over contiguous,
 aligned memory): a program per 1024-cell tile of a window (``cdiv(min(C, N), 1024) + 1`` a request), 2 warps.
 """
 
@@ -44,9 +46,10 @@ ASSIGN_TARGET_PROGRAMS = 256
 ASSIGN_MAX_SPLIT = 64
 
 INTERPRETER_LOCK = threading.Lock()
-_compiled: dict = {}  # variant -> Triton's CompiledKernel
+_compiled: dict = {}  # variant -> (Triton's CompiledKernel, its run)
 _module = None  # (scatter_kernel, assign_kernel), imported at the first Triton launch
-_state: dict = {}  # what the first CUDA launch learns once: hooks holder, several devices
+_hooks = None  # triton.knobs.runtime, where Triton keeps its launch hooks: set by the first CUDA launch
+_several = False  # more than one CUDA device: set by the first CUDA launch
 
 
 def kernels():
@@ -72,25 +75,28 @@ def scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols=None) -> No
     """Enqueue the scatter (the module docstring's launch shape)."""
     bs, n_tokens = req_pool_indices.shape[0], flat_in.shape[0]
     n_rows, width = pool_out.shape
-    cells = min(width, n_tokens)
+    cells = width if width < n_tokens else n_tokens
     if bs == 0 or cells == 0 or n_rows == 0:
         return
     stride_row, stride_col = pool_out.stride()
-    flat_stride, offsets_stride, rows_stride = flat_in.stride()[0], offsets.stride()[0], req_pool_indices.stride()[0]
+    flat_stride = flat_in.stride()[0]
     module = (_module or kernels())[0]
-    if start_cols is None and tiled(bs, n_tokens, cells, flat_stride, stride_col, pool_out):
+    if start_cols is None and n_tokens >= TILED_MIN_TOKENS and tiled(bs, n_tokens, cells, flat_stride, stride_col,
+                                                                      pool_out):
         _launch(module.scatter_tiled_kernel, (bs, cdiv(cells, LARGE_BLOCK) + 1), pool_out,
-                (flat_in, offsets, req_pool_indices, pool_out, n_tokens, n_rows, width, offsets_stride, rows_stride,
-                 stride_row), ("BLOCK",), (LARGE_BLOCK,), None, TILED_WARPS)
+                (flat_in, offsets, req_pool_indices, pool_out),
+                (n_tokens, n_rows, width, offsets.stride()[0], req_pool_indices.stride()[0], stride_row),
+                ("BLOCK",), (LARGE_BLOCK,), None, TILED_WARPS)
         return
     block = SMALL_BLOCK if bs * cells <= SMALL_CELLS else LARGE_BLOCK
-    lanes = min(cdiv(cells, block), cdiv(TARGET_PROGRAMS, bs))
+    lanes, most = -(-cells // block), -(-TARGET_PROGRAMS // bs)  # cdiv, spelled out (this is the hot path)
+    if lanes > most:
+        lanes = most
     windowed = start_cols is not None
-    start_cols_stride = start_cols.stride()[0] if windowed else 1
-    _launch(module.scatter_kernel, (bs, lanes), pool_out,
-            (flat_in, offsets, req_pool_indices, pool_out, start_cols, n_tokens, n_rows, width, flat_stride,
-             offsets_stride, rows_stride, start_cols_stride, stride_row, stride_col),
-            module.CONSTEXPRS, (block, lanes * block >= cells, windowed), None)
+    _launch(module.scatter_kernel, (bs, lanes), pool_out, (flat_in, offsets, req_pool_indices, pool_out, start_cols),
+            (n_tokens, n_rows, width, flat_stride, offsets.stride()[0], req_pool_indices.stride()[0],
+             start_cols.stride()[0] if windowed else 1, stride_row, stride_col),
+            module.CONSTEXPRS, (block, lanes * block >= cells, windowed, flat_stride == 1 and stride_col == 1), None)
 
 
 def tiled(bs: int, n_tokens: int, cells: int, flat_stride: int, stride_col: int, pool) -> bool:
@@ -106,61 +112,59 @@ def tiled(bs: int, n_tokens: int, cells: int, flat_stride: int, stride_col: int,
 def assign(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size: int) -> None:
     """Enqueue the assignment of the first ``batch_size`` requests (one variant per combination of index dtypes)."""
     n_rows, width = req_to_token.shape
-    if batch_size == 0 or n_rows == 0 or width == 0 or out_cache_loc.shape[0] == 0:
+    n_slots = out_cache_loc.shape[0]
+    if batch_size == 0 or n_rows == 0 or width == 0 or n_slots == 0:
         return
     module = (_module or kernels())[1]
     groups = cdiv(batch_size, module.GROUP)
     split = max(1, min(ASSIGN_MAX_SPLIT, cdiv(ASSIGN_TARGET_PROGRAMS, groups)))
     stride_row, stride_col = req_to_token.stride()
-    dtypes = (req_pool_indices.dtype, start_offset.dtype, end_offset.dtype, out_cache_loc.dtype)
     _launch(module.assign_kernel, (groups, split), req_to_token,
-            (req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size,
-             out_cache_loc.shape[0], n_rows, width, req_pool_indices.stride(0), start_offset.stride(0),
+            (req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc),
+            (batch_size, n_slots, n_rows, width, req_pool_indices.stride(0), start_offset.stride(0),
              end_offset.stride(0), out_cache_loc.stride(0), stride_row, stride_col),
-            tuple(module.CONSTEXPRS), tuple(module.CONSTEXPRS.values()), dtypes)
+            module.NAMES, module.VALUES,
+            (req_pool_indices.dtype, start_offset.dtype, end_offset.dtype, out_cache_loc.dtype))
 
 
-def _launch(kernel, grid, output, args: tuple, names: tuple, constexprs: tuple, dtypes, warps: int = WARPS) -> None:
-    """Launch ``kernel`` on ``grid`` over ``args`` (every parameter before the constexprs, in order)."""
+def _launch(kernel, grid, output, arrays: tuple, ints: tuple, names: tuple, constexprs: tuple, dtypes,
+            warps: int = WARPS) -> None:
+    """Launch ``kernel`` on ``grid``: its pointer parameters ``arrays`` (None: a null pointer), then ``ints``, then
+    the constexprs ``names`` = ``constexprs``. The compiled kernel gets each pointer as its address, an int."""
     device = output.get_device()
     if device < 0 or _module[0].INTERPRETED:  # the backend choice sends CPU tensors here only when interpreted
         with INTERPRETER_LOCK:
-            kernel[grid](*args, **dict(zip(names, constexprs)), num_warps=warps)
+            kernel[grid](*arrays, *ints, **dict(zip(names, constexprs)), num_warps=warps)
         return
-    variant = (kernel, constexprs, dtypes, device)
-    compiled = _compiled.get(variant)
-    if not _state:
-        _learn()
-    if _state["several"] and device != torch._C._cuda_getDevice():
-        with torch.cuda.device(device):  # Triton launches on the current device
-            _run(kernel, grid, device, args, names, constexprs, variant, compiled, warps)
-    else:
-        _run(kernel, grid, device, args, names, constexprs, variant, compiled, warps)
-
-
-def _run(kernel, grid, device, args, names, constexprs, variant, compiled, warps) -> None:
-    """The launch on the current device: through Triton the first time, then the kept ``CompiledKernel``'s own."""
-    if compiled is None:  # the variant's first launch: Triton compiles it (or finds it in its cache)
-        _compiled[variant] = kernel[grid](*args, **dict(zip(names, constexprs)), num_warps=warps)
+    entry = _compiled.get((kernel, constexprs, dtypes, device))
+    if entry is None or (_several and device != _current_device()):
+        _launch_first(kernel, grid, device, arrays, ints, names, constexprs, dtypes, warps)
         return
+    compiled, run = entry
     stream = _raw_stream(device)
-    enter, leave = _state["hooks"].launch_enter_hook, _state["hooks"].launch_exit_hook
+    enter, leave = _hooks.launch_enter_hook, _hooks.launch_exit_hook
     # A hook or a HookChain (Triton >= 3.5) holding some (a profiler's): Triton's launch metadata for them.
     if getattr(enter, "calls", enter) or getattr(leave, "calls", leave):
-        metadata = compiled.launch_metadata(grid, stream, *args, *constexprs)
+        metadata = compiled.launch_metadata(grid, stream, *arrays, *ints, *constexprs)
     else:
         metadata = enter = leave = None
-    compiled.run(grid[0], grid[1], 1, stream, compiled.function, compiled.packed_metadata, metadata, enter, leave,
-                 *args, *constexprs)
+    run(grid[0], grid[1], 1, stream, compiled.function, compiled.packed_metadata, metadata, enter, leave,
+        *[a if a is None else a.data_ptr() for a in arrays], *ints, *constexprs)
 
 
-def _learn() -> None:
-    """What the first CUDA launch learns for every later one: where Triton keeps its hooks, how many devices."""
-    import triton
+def _launch_first(kernel, grid, device, arrays, ints, names, constexprs, dtypes, warps) -> None:
+    """A launch through Triton's ``kernel[grid]``, on ``device`` made current: the variant's first, which compiles
+    it (or finds it in Triton's cache) and keeps the ``CompiledKernel``, or one on another device than the current."""
+    global _hooks, _several
+    if _hooks is None:
+        import triton
 
-    _state["hooks"] = triton.knobs.runtime
-    _state["several"] = torch.cuda.device_count() > 1
+        _hooks, _several = triton.knobs.runtime, torch.cuda.device_count() > 1
+    with torch.cuda.device(device):  # Triton launches on the current device
+        compiled = kernel[grid](*arrays, *ints, **dict(zip(names, constexprs)), num_warps=warps)
+    _compiled.setdefault((kernel, constexprs, dtypes, device), (compiled, compiled.run))
 
 
+_current_device = torch._C._cuda_getDevice if hasattr(torch._C, "_cuda_getDevice") else torch.cuda.current_device
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
     lambda device: torch.cuda.current_stream(device).cuda_stream)

@@ -34,7 +34,7 @@ from triton.runtime.interpreter import InterpretedFunction
 INTS = ("n_tokens", "n_rows", "width", "flat_stride", "offsets_stride", "rows_stride", "start_cols_stride",
         "stride_row", "stride_col")
 POINTERS = ("flat_in_ptr", "offsets_ptr", "rows_ptr", "pool_ptr", "start_cols_ptr")
-CONSTEXPRS = ("BLOCK", "ONE", "WINDOWED")
+CONSTEXPRS = ("BLOCK", "ONE", "WINDOWED", "UNIT")
 TILED_INTS = ("n_tokens", "n_rows", "width", "offsets_stride", "rows_stride", "stride_row")
 
 
@@ -68,12 +68,21 @@ def request_window(start, end, s, width, n_tokens):
 
 
 @triton.jit
-def copy_tile(flat_at, pool_at, tile, hi, stored_hi, flat_stride, stride_col, BLOCK: tl.constexpr):
-    """Columns ``c`` of ``tile + [0, BLOCK)``: ``pool_at[c] = int32(flat_at[c])``, loaded below ``hi``, stored below
-    ``stored_hi`` (``hi``, or ``lo`` for a row outside the pool: nothing)."""
-    cols = tile + tl.arange(0, BLOCK)
-    ids = tl.load(flat_at + cols * flat_stride, mask=cols < hi)
-    tl.store(pool_at + cols * stride_col, ids.to(tl.int32), mask=cols < stored_hi)
+def copy_tile(flat_at, pool_at, tile, hi, stored_hi, flat_stride, stride_col, BLOCK: tl.constexpr,
+              UNIT: tl.constexpr):
+    """Columns ``tile + i``, ``i`` in ``[0, BLOCK)``: ``pool_at[c] = int32(flat_at[c])``, loaded below ``hi``,
+    stored below ``stored_hi`` (``hi``, or ``lo`` for a row outside the pool: nothing). The masks compare int32
+    ``i`` with the counts clamped to ``[0, BLOCK]``; ``UNIT`` (both strides 1) adds ``i`` to the pointers unscaled."""
+    i = tl.arange(0, BLOCK)
+    loaded = tl.maximum(tl.minimum(hi - tile, BLOCK), 0).to(tl.int32)
+    stored = tl.maximum(tl.minimum(stored_hi - tile, BLOCK), 0).to(tl.int32)
+    if UNIT:
+        ids = tl.load(flat_at + tile + i, mask=i < loaded)
+        tl.store(pool_at + tile + i, ids.to(tl.int32), mask=i < stored)
+    else:
+        cols = tile + i
+        ids = tl.load(flat_at + cols * flat_stride, mask=i < loaded)
+        tl.store(pool_at + cols * stride_col, ids.to(tl.int32), mask=i < stored)
 
 
 @triton.jit(do_not_specialize=INTS, do_not_specialize_on_alignment=POINTERS)
@@ -89,6 +98,7 @@ def scatter_kernel(
     BLOCK: tl.constexpr,  # columns a tile
     ONE: tl.constexpr,  # P * BLOCK >= min(C, N): one tile a lane, no loop
     WINDOWED: tl.constexpr,  # start_cols given
+    UNIT: tl.constexpr,  # flat_stride == stride_col == 1
 ):
     # Interpreted, an int is int32 or int64 by its value; compiled, int64 by annotation (a no-op here).
     n_tokens = n_tokens.to(tl.int64)
@@ -110,10 +120,10 @@ def scatter_kernel(
         pool_at = pool_ptr + tl.where(row_ok, row, 0) * stride_row
         stored_hi = tl.where(row_ok, hi, lo)
         if ONE:
-            copy_tile(flat_at, pool_at, first, hi, stored_hi, flat_stride, stride_col, BLOCK)
+            copy_tile(flat_at, pool_at, first, hi, stored_hi, flat_stride, stride_col, BLOCK, UNIT)
         else:
             for tile in range(first, hi, tl.num_programs(1).to(tl.int64) * BLOCK):
-                copy_tile(flat_at, pool_at, tile, hi, stored_hi, flat_stride, stride_col, BLOCK)
+                copy_tile(flat_at, pool_at, tile, hi, stored_hi, flat_stride, stride_col, BLOCK, UNIT)
 
 
 @triton.jit(do_not_specialize=TILED_INTS, do_not_specialize_on_alignment=POINTERS[:3])

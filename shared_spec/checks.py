@@ -248,15 +248,18 @@ def cells_overlap(shape, strides) -> bool:
 class Dialect:
     """How a frontend spells each check over its native arrays.
 
-    Templates take ``{x}`` (and ``{y}`` in ``same_device``) for an argument name; ``dtype_is`` takes ``{dtype}``,
-    the name of a constant ``dtype_object`` supplies. ``namespace`` holds the names the expressions use.
+    Templates take ``{x}`` (and ``{y}``, the output, in ``same_device`` and ``bindings``) for an argument name;
+    ``dtype_is`` takes ``{dtype}``, the name of a constant ``dtype_object`` supplies; ``storage`` takes
+    ``{itemsize}``, the element size: a constant where the argument has one dtype, else ``itemsize``'s spelling.
     ``storage`` is the storage check but its device, ``has_data`` that part for the output alone (every other
-    argument must be on its device).
+    argument must be on its device). ``bindings``, a statement run once every argument is an array, names what the
+    ``same_device`` terms share. ``namespace`` holds the names the expressions use.
     """
 
     frontend: str
     is_array: str
     storage: str
+    itemsize: str
     has_data: str
     rank: str
     dtype_is: str
@@ -265,6 +268,7 @@ class Dialect:
     writable: str
     dtype_object: Callable[[str], object]
     namespace: Mapping[str, object]
+    bindings: str = ""
 
 
 def compile_fast_check(op: Op, dialect: Dialect) -> Callable[..., bool]:
@@ -272,42 +276,49 @@ def compile_fast_check(op: Op, dialect: Dialect) -> Callable[..., bool]:
 
     The scatter's: ``check(flat_in, offsets, req_pool_indices, pool_out, start_cols=None)`` (None: not passed).
     The assignment's: ``check(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc,
-    batch_size)``, False for a ``batch_size`` that is not None or an ``int``. One short-circuiting expression.
+    batch_size)``, False for a ``batch_size`` that is not None or an ``int``. The terms are ``first_failure``'s
+    conditions, each a necessary one, ordered so that none is asked of a value an earlier one would refuse; the
+    function's text is its ``source``.
     """
     namespace = dict(dialect.namespace)
     d = dialect
 
-    def argument_terms(args):
-        terms = [d.is_array.format(x=a.name) for a in args] + [d.storage.format(x=a.name) for a in args]
-        terms += [f"{d.rank.format(x=a.name)} == {a.rank}" for a in args]
-        for a in args:
-            alternatives = []
-            for dtype in accepted_dtypes(a, d.frontend):
-                namespace[f"DTYPE_{dtype}"] = d.dtype_object(dtype)
-                alternatives.append(d.dtype_is.format(x=a.name, dtype=f"DTYPE_{dtype}"))
-            terms.append("(" + " or ".join(alternatives) + ")")
-        return terms
+    def argument_terms(a):
+        alternatives = []
+        for dtype in accepted_dtypes(a, d.frontend):
+            namespace[f"DTYPE_{dtype}"] = d.dtype_object(dtype)
+            alternatives.append(d.dtype_is.format(x=a.name, dtype=f"DTYPE_{dtype}"))
+        dtypes = accepted_dtypes(a, d.frontend)
+        itemsize = np.dtype(dtypes[0]).itemsize if len(dtypes) == 1 else d.itemsize.format(x=a.name)
+        return ["(" + " or ".join(alternatives) + ")", f"{d.rank.format(x=a.name)} == {a.rank}",
+                d.storage.format(x=a.name, itemsize=itemsize)]
 
     names = [a.name for a in op.args]
-    terms = argument_terms(op.args) + [d.has_data.format(x=op.output)]
+    guard = [d.is_array.format(x=name) for name in names]
+    if op is ASSIGN:
+        guard.append("(batch_size is None or type(batch_size) is int)")
+    terms = [term for a in op.args for term in argument_terms(a)] + [d.has_data.format(x=op.output)]
     rows = d.length.format(x="req_pool_indices")
     if op is SCATTER:
-        terms += [f"{d.length.format(x='offsets')} == {rows} + 1", f"{rows} <= {MAX_REQUESTS}"]
+        terms += [f"{d.length.format(x='offsets')} == (bs := {rows}) + 1", f"bs <= {MAX_REQUESTS}"]
     else:
-        bs = f"({rows} if batch_size is None else batch_size)"
-        terms.append("(batch_size is None or type(batch_size) is int)")
-        terms += [f"0 <= {bs} <= {d.length.format(x=name)}" for name in PER_REQUEST]
-        terms += [f"{bs} <= {MAX_REQUESTS}", f"{bs} * {d.length.format(x='out_cache_loc')} < {SLOTS_LIMIT}"]
+        terms.append(f"0 <= (bs := {rows} if batch_size is None else batch_size) <= {rows}")
+        terms += [f"bs <= {d.length.format(x=name)}" for name in PER_REQUEST if name != "req_pool_indices"]
+        terms += [f"bs <= {MAX_REQUESTS}", f"bs * {d.length.format(x='out_cache_loc')} < {SLOTS_LIMIT}"]
     terms += [d.same_device.format(x=name, y=op.output) for name in names if name != op.output]
     terms.append(d.writable.format(x=op.output))
     parameters = ", ".join(names)
     for a in op.optional:  # after a "<name> is None" test: a call without it pays one identity test
-        more = argument_terms((a,)) + [f"{d.length.format(x=a.name)} == {rows}", d.same_device.format(x=a.name, y=op.output)]
+        more = [d.is_array.format(x=a.name), *argument_terms(a), f"{d.length.format(x=a.name)} == bs",
+                d.same_device.format(x=a.name, y=op.output)]
         terms.append(f"({a.name} is None or (" + " and ".join(more) + "))")
         parameters += f", {a.name}=None"
     if op is ASSIGN:
         parameters += ", batch_size=None"
-    source = f"def fast_check({parameters}):\n    return (\n        " + "\n        and ".join(terms) + "\n    )\n"
+    indent = "\n        and "
+    source = (f"def fast_check({parameters}):\n    if not ({' and '.join(guard)}):\n        return False\n"
+              + (f"    {d.bindings.format(y=op.output)}\n" if d.bindings else "")
+              + f"    return (\n        {indent.join(terms)}\n    )\n")
     exec(compile(source, f"<kv-canary {op.name} fast_check>", "exec"), namespace)
     check = namespace["fast_check"]
     check.source = source

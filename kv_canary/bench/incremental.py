@@ -8,7 +8,9 @@ step, the sampler's tokens (a list of ints) are appended to the state, untimed; 
 - ``full_pinned``: sglang's full snapshot: every request's whole token ids concatenated into one reused pinned
   buffer (``snapshot_us``: that alone), the lengths' cumulative sum into a new pinned offsets tensor, both copied to
   the device, one launch from column 0;
-- ``incremental``: ``IncrementalWriter.step`` of the new tokens at each request's length before them;
+- ``incremental``: ``IncrementalWriter.step`` of the new tokens at each request's length before them (its steps
+  replayed from CUDA graphs once each slot has seen the batch's sizes);
+- ``incremental_eager``: the same with ``graphs=False``: each step one copy and one launch through the launcher;
 - ``empty``: nothing, the timer's own cost (``timer_us``).
 
 The pools are compared with ``shared_spec.reference`` at the end.
@@ -71,10 +73,10 @@ class FullSnapshot:
 
 
 class Incremental:
-    def __init__(self, pool, bs: int, backend: str):
+    def __init__(self, pool, bs: int, backend: str, graphs: bool = True):
         from kv_canary_torch import IncrementalWriter
 
-        self.writer = IncrementalWriter(pool, max_requests=bs, max_new_tokens=bs, backend=backend)
+        self.writer = IncrementalWriter(pool, max_requests=bs, max_new_tokens=bs, backend=backend, graphs=graphs)
         self.rows = np.arange(1, bs + 1, dtype=np.int64)
 
     def __call__(self, requests: Requests, new: list) -> None:
@@ -88,9 +90,12 @@ def step_figures(torch, bs: int, context: int, device="cuda", backend="triton", 
     start = np.full((bs + 1, width), SENTINEL, dtype=np.int32)
     start[1:, :context] = tokens[:, :context]
     rows = torch.arange(1, bs + 1, dtype=torch.int64, device=device)
-    pools = {name: torch.from_numpy(start.copy()).to(device) for name in ("full_pinned", "incremental")}
+    pools = {name: torch.from_numpy(start.copy()).to(device)
+             for name in ("full_pinned", "incremental", "incremental_eager")}
     runs = {"full_pinned": FullSnapshot(torch, pools["full_pinned"], rows, backend),
-            "incremental": Incremental(pools["incremental"], bs, backend), "empty": lambda requests, new: None}
+            "incremental": Incremental(pools["incremental"], bs, backend),
+            "incremental_eager": Incremental(pools["incremental_eager"], bs, backend, graphs=False),
+            "empty": lambda requests, new: None}
     state = {name: Requests(tokens, context) for name in runs}
     sync, clock = timing.device_sync(torch, device), time.perf_counter_ns
 
@@ -129,5 +134,6 @@ def incremental(torch, say, sizes=SIZES, **options) -> list[dict]:
         rows.append(step_figures(torch, bs, context, **options))
         r = rows[-1]
         say(f"incremental {bs}x{context}: full pinned {r['full_pinned']['wall_us']:.1f} us, "
-            f"incremental {r['incremental']['wall_us']:.1f} us a step")
+            f"incremental {r['incremental']['wall_us']:.1f} us, without graphs "
+            f"{r['incremental_eager']['wall_us']:.1f} us a step")
     return rows

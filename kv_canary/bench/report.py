@@ -124,6 +124,7 @@ def incremental_md(p: dict) -> str:
     rows = [[f"{r['requests']} x {r['context']}",
              f"{r['full_pinned']['wall_us']:.1f} / {r['full_pinned']['host_us']:.1f} ({r['full_pinned']['snapshot_us']:.1f})",
              f"{r['incremental']['wall_us']:.1f} / {r['incremental']['host_us']:.1f}",
+             f"{r['incremental_eager']['wall_us']:.1f} / {r['incremental_eager']['host_us']:.1f}",
              f"{r['pinned_over_incremental']:.1f}x", r["timer_us"]] for r in p["rows"]]
     return ("One decode step (a new token per request): sglang's full-snapshot step (every request's token ids "
             "concatenated into a pinned buffer, copied, scattered from column 0) against `IncrementalWriter.step` (the "
@@ -132,7 +133,7 @@ def incremental_md(p: dict) -> str:
             "*wall* until the device's synchronize returns after the step, *host* until the step returns, *snapshot* "
             "the concatenation alone; *timer*: an empty step's wall.\n\n"
             + table(["requests x context", "full pinned wall / host (snapshot)", "incremental wall / host",
-                     "full / incremental", "timer"], rows))
+                     "without graphs wall / host", "full / incremental", "timer"], rows))
 
 
 def step_md(rows: list[dict], what: str, plain: str) -> str:

@@ -61,7 +61,8 @@ def fake_parts() -> dict:
         "first_call": {"measured": stamp, "launchers": {n: {"import_s": 3.0, "first_call_s": 2.0, "early_us": 9.0,
                                                              "settled_us": 6.0} for n in ("ours", "sglang")}},
         "incremental": {"measured": stamp, "rows": [{"requests": 64, "context": 2048, "full_pinned": side | {"snapshot_us": 5.0},
-                                                    "incremental": side, "timer_us": 2.0, "pinned_over_incremental": 1.0}]},
+                                                    "incremental": side, "incremental_eager": side, "timer_us": 2.0,
+                                                    "pinned_over_incremental": 1.0}]},
         "step": {"measured": stamp, "rows": [step]},
         "assign": {"measured": stamp, "device": [{**row("x", 1, 1.0, 2.0), "case": "decode 1", "slots": 1}],
                    "host": {"decode": {n: f for n in ("ours", "sglang", "torch_op")}},
@@ -134,6 +135,7 @@ def test_the_torch_parts_in_miniature_on_the_cpu():
     for launcher in first_call.LAUNCHERS:
         assert first_call.child(launcher, device="cpu", calls=6)["first_call_s"] > 0
     assert step["full_pinned"]["wall_us"] > 0 and step["incremental"]["host_us"] > 0
+    assert step["incremental_eager"]["wall_us"] > 0
 
 
 def test_bench_runs_every_part_writes_each_and_reports_a_failed_one(monkeypatch, tmp_path, capsys):

@@ -96,11 +96,13 @@ def test_launches_and_writer_steps_do_not_sync():
         torch.cuda.set_sync_debug_mode(0)
 
 
-def test_a_writer_far_ahead_of_its_stream_never_overwrites_a_slot_in_flight():
-    """Each step sleeps on the stream first: the host laps the ring many times; every step lands."""
+@pytest.mark.parametrize("graphs", [True, False])
+def test_a_writer_far_ahead_of_its_stream_never_overwrites_a_slot_in_flight(graphs):
+    """Each step sleeps on the stream first: the host laps the ring many times; every step lands (from the second
+    lap on, with graphs, each a replay)."""
     pool = sentinel(40, 64, device="cuda")
     expected = as_numpy(pool).copy()
-    writer = IncrementalWriter(pool, max_requests=8, max_new_tokens=16)
+    writer = IncrementalWriter(pool, max_requests=8, max_new_tokens=16, graphs=graphs)
     rng = np.random.default_rng(1)
     for step in range(60):
         torch.cuda._sleep(200_000)
@@ -111,6 +113,38 @@ def test_a_writer_far_ahead_of_its_stream_never_overwrites_a_slot_in_flight():
         expected = scatter_reference(new, np.arange(9) * 2, rows, expected, starts)
     torch.cuda.synchronize()
     np.testing.assert_array_equal(as_numpy(pool), expected)
+
+
+def test_writer_graphs_never_write_a_pool_changed_in_place():
+    """Steps replayed from graphs, then the pool's tensor given other memory (``.data``), a shape and strides of its
+    own (``as_strided_``), a negative view's bits: every step writes the pool as it is, or is refused; the memory
+    the pool left is not written again."""
+    pool = sentinel(40, 64, device="cuda")
+    writer = IncrementalWriter(pool, max_requests=4, max_new_tokens=8)
+    expected = as_numpy(pool).copy()
+    left = None
+    for step in range(60):  # the ring's 8 slots: graphs from step 16 on
+        if step == 30:
+            left, left_values = pool.detach(), as_numpy(pool).copy()
+            pool.data = sentinel(40, 64, seed=5, device="cuda")
+            expected = as_numpy(pool).copy()
+        if step == 45:
+            pool.as_strided_((20, 64), (128, 1))
+            expected = as_numpy(pool).copy()
+        rows = np.array([step % 5, 5 + step % 5, 12, 17])  # distinct, inside both shapes
+        new = np.arange(4 * step, 4 * step + 8)
+        writer.step(new.tolist(), rows, np.full(4, step % 60), lengths=2)
+        expected = scatter_reference(new, np.arange(5) * 2, rows, expected, np.full(4, step % 60))
+        torch.cuda.synchronize()
+        np.testing.assert_array_equal(as_numpy(pool), expected, err_msg=f"step {step}")
+        if left is not None:
+            np.testing.assert_array_equal(as_numpy(left), left_values)
+    pool.data = pool.data._neg_view()
+    before = as_numpy(pool.data._neg_view()).copy()
+    with pytest.raises(errors.KvCanaryValueError, match="negative bit"):
+        writer.step(list(range(8)), np.array([0, 1, 2, 3]), np.zeros(4, np.int64), lengths=2)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(as_numpy(pool.data._neg_view()), before)
 
 
 def test_writer_steps_that_change_stream():

@@ -105,14 +105,14 @@ def compiled(fn, signature, constexprs):
     return {"params64": len(re.findall(r"[.]param [.]u64", entry)), "loads": ptx.count("ld.global"),
             "stores": ptx.count("st.global")}
 blocks = (launch.SMALL_BLOCK, launch.LARGE_BLOCK)
-for block, one, windowed in itertools.product(blocks, *[(False, True)] * 2):
+for block, one, windowed, unit in itertools.product(blocks, *[(False, True)] * 3):
     signature = {"flat_in_ptr": "*i64", "offsets_ptr": "*i64", "rows_ptr": "*i64", "pool_ptr": "*i32",
                  "start_cols_ptr": "*i64" if windowed else "constexpr", **{k: "i64" for k in sk.INTS},
                  **{k: "constexpr" for k in sk.CONSTEXPRS}}
-    constexprs = dict(zip(sk.CONSTEXPRS, (block, one, windowed)))
+    constexprs = dict(zip(sk.CONSTEXPRS, (block, one, windowed, unit)))
     if not windowed:
         constexprs["start_cols_ptr"] = None
-    out[f"scatter {block} {one} {windowed}"] = compiled(sk.scatter_kernel, signature, constexprs)
+    out[f"scatter {block} {one} {unit} {windowed}"] = compiled(sk.scatter_kernel, signature, constexprs)
 signature = {"flat_in_ptr": "*i64", "offsets_ptr": "*i64", "rows_ptr": "*i64", "pool_ptr": "*i32",
              **{k: "i64" for k in sk.TILED_INTS}, "BLOCK": "constexpr"}
 ptx = triton.compile(ASTSource(fn=sk.scatter_tiled_kernel, signature=signature, constexprs={"BLOCK": launch.LARGE_BLOCK},
@@ -134,7 +134,7 @@ def test_every_variant_compiles_for_sm90():
     ptx = json.loads(run_python(COMPILE_FOR_SM90, interpret=False))
     tiled = ptx.pop("tiled")
     assert tiled["vector_stores"] > 0, tiled  # the aligned pool's 16-byte stores: what the tiled kernel is for
-    assert len(ptx) == 8 + 16
+    assert len(ptx) == 16 + 16
     for name, facts in ptx.items():
         assert facts["stores"] > 0, name
         kernel = scatter_kernel if name.startswith("scatter") else assign_kernel
@@ -157,8 +157,8 @@ from triton.backends.nvidia.compiler import CUDABackend
 from triton.runtime.jit import create_function_from_signature
 from kv_canary_torch import launch
 calls = []
-launch._launch = lambda kernel, grid, output, args, names, constexprs, dtypes, warps=4: calls.append(
-    (kernel, args, names, constexprs, dtypes))
+launch._launch = lambda kernel, grid, output, arrays, ints, names, constexprs, dtypes, warps=4: calls.append(
+    (kernel, (*arrays, *ints), names, constexprs, dtypes))
 i64, i32 = torch.int64, torch.int32
 def ints(n, dtype=i64, offset=0):
     return torch.arange(n + offset, dtype=dtype)[offset:]
