@@ -107,14 +107,14 @@ def scatter_kernel(
     r = tl.program_id(0).to(tl.int64)  # requests on axis 0: up to 2**31 - 1 programs
     start = tl.load(offsets_ptr + r * offsets_stride)
     end = tl.load(offsets_ptr + (r + 1) * offsets_stride)
+    row = tl.load(rows_ptr + r * rows_stride)  # beside the offsets: one round trip to memory, not two
     if WINDOWED:
         s = tl.load(start_cols_ptr + r * start_cols_stride)
     else:
         s = tl.zeros((), tl.int64)
     base, lo, hi = request_window(start, end, s, width, n_tokens)
     first = lo + tl.program_id(1) * BLOCK
-    if first < hi:  # the row is loaded only by a lane with a tile
-        row = tl.load(rows_ptr + r * rows_stride)
+    if first < hi:
         row_ok = (row >= 0) & (row < n_rows)
         flat_at = flat_in_ptr + base * flat_stride
         pool_at = pool_ptr + tl.where(row_ok, row, 0) * stride_row
