@@ -296,7 +296,12 @@ class IncrementalWriter:
             return False
         graph = self._graphs.get((slot, bs, count))
         if graph is None:
-            graph = self._graphs[(slot, bs, count)] = self._capture(views)
+            try:
+                graph = self._capture(views)
+            except RuntimeError:  # a capture this process's CUDA setup refuses: the writer's steps stay eager
+                self._graphs = None
+                return False
+            self._graphs[(slot, bs, count)] = graph
         graph.replay()
         return True
 

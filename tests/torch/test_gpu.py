@@ -147,6 +147,19 @@ def test_writer_graphs_never_write_a_pool_changed_in_place():
     np.testing.assert_array_equal(as_numpy(pool.data._neg_view()), before)
 
 
+def test_a_writer_whose_graph_capture_fails_writes_every_step_eagerly(monkeypatch):
+    pool = sentinel(20, 40, device="cuda")
+    writer = IncrementalWriter(pool, max_requests=2, max_new_tokens=4)
+    monkeypatch.setattr(writer, "_capture", lambda views: (_ for _ in ()).throw(RuntimeError("capture refused")))
+    expected = as_numpy(pool).copy()
+    for step in range(20):  # every slot twice: the second time a capture is tried
+        writer.step([step, step + 100], np.array([1, 7]), np.array([step, step]), lengths=1)
+        expected = scatter_reference(np.array([step, step + 100]), np.arange(3), np.array([1, 7]), expected,
+                                     np.array([step, step]))
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(as_numpy(pool), expected)
+
+
 def test_writer_steps_that_change_stream():
     pool = sentinel(10, 80, device="cuda")
     expected = as_numpy(pool).copy()
