@@ -9,7 +9,8 @@
 - ``scatter_failure(...)``: the first failing check and its error, raised by nobody (None: none).
 - ``scatter_arguments(...)`` / ``assign_arguments(...)``: the slow path, where the predicate is False or a
   transform is active: raise the spec's first error, or return the arguments as tensors (numpy and JAX arrays
-  adopted through DLPack, zero-copy where it shares them, on the output's device) and, for the assignment, ``batch_size`` as an int.
+  adopted through DLPack, zero-copy where it shares them, on the output's device) and, for the assignment,
+  ``batch_size`` as an int.
 """
 
 from __future__ import annotations

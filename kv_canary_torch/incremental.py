@@ -60,7 +60,7 @@ VIEWS_KEPT = 8  # (bs, count) shapes whose views each slot keeps (a decode loop 
 _TOKENS = errors.INCREMENTAL_WHERE.format(arg="new_tokens")
 _active = torch._C._are_functorch_transforms_active
 _raw_stream = launch._raw_stream
-_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+_capturing = torch._C._cuda_isCurrentStreamCapturing
 _INT64_MAX = np.iinfo(np.int64).max
 
 
@@ -156,7 +156,8 @@ class IncrementalWriter:
         self._free_events = [torch.cuda.Event() for _ in range(self._slots)] if ring else []
         self._ring = ring
         triton = type(backend) is str and backend in ("auto", "triton") and backends.HAVE_TRITON
-        self._graphs = {} if require_bool("graphs", graphs) and ring and triton else None  # (slot, bs, count) -> its graph
+        # (slot, bs, count) -> its graph; None where steps never replay one
+        self._graphs = {} if require_bool("graphs", graphs) and ring and triton else None
         self._home_id = torch.cuda.current_stream(device).cuda_stream if ring else None  # where the buffers were made
         self._index = pool_out.get_device()
         self._checked = None  # _pool_state of the pool the last eager step wrote: the one graphs may write
@@ -364,5 +365,5 @@ class IncrementalWriter:
         event.record(stream)
         self._fences.append((event, self._open))
         self._open = []
-        if stream.cuda_stream != self._home_id:  # the device buffer, freed with the writer, waits for this stream's work too
+        if stream.cuda_stream != self._home_id:  # the device buffer, freed with the writer, waits for this stream too
             self._device.record_stream(stream)

@@ -20,8 +20,9 @@ Launch shape of the scatter, a pure function of ``bs``, ``N``, ``C`` and the str
 the batch spans at most ``SMALL_CELLS`` cells ``bs * min(C, N)`` (latency-bound: short tiles finish soonest), else
 1024; 4 warps; ``lanes = min(cdiv(min(C, N), BLOCK), cdiv(TARGET_PROGRAMS, bs))`` programs a request, so a long
 request alone gets up to ``TARGET_PROGRAMS`` lanes and many short ones do not flood the GPU with idle programs;
-``UNIT`` where tokens and pool columns are contiguous (no stride multiply a cell). The tiled kernel instead where ``tiled`` says (large, full, unwindowed batches of long windows over contiguous,
-aligned memory): a program per 1024-cell tile of a window (``cdiv(min(C, N), 1024) + 1`` a request), 2 warps.
+``UNIT`` where tokens and pool columns are contiguous (no stride multiply a cell). The tiled kernel instead where
+``tiled`` says (large, full, unwindowed batches of long windows over contiguous, aligned memory): a program per
+1024-cell tile of a window (``cdiv(min(C, N), 1024) + 1`` a request), 2 warps.
 """
 
 from __future__ import annotations
@@ -75,23 +76,20 @@ def scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols=None) -> No
     """Enqueue the scatter (the module docstring's launch shape)."""
     bs, n_tokens = req_pool_indices.shape[0], flat_in.shape[0]
     n_rows, width = pool_out.shape
-    cells = width if width < n_tokens else n_tokens
+    cells = min(width, n_tokens)
     if bs == 0 or cells == 0 or n_rows == 0:
         return
     stride_row, stride_col = pool_out.stride()
     flat_stride = flat_in.stride()[0]
     module = (_module or kernels())[0]
-    if start_cols is None and n_tokens >= TILED_MIN_TOKENS and tiled(bs, n_tokens, cells, flat_stride, stride_col,
-                                                                      pool_out):
+    if start_cols is None and tiled(bs, n_tokens, cells, flat_stride, stride_col, pool_out):
         _launch(module.scatter_tiled_kernel, (bs, cdiv(cells, LARGE_BLOCK) + 1), pool_out,
                 (flat_in, offsets, req_pool_indices, pool_out),
                 (n_tokens, n_rows, width, offsets.stride()[0], req_pool_indices.stride()[0], stride_row),
                 ("BLOCK",), (LARGE_BLOCK,), None, TILED_WARPS)
         return
     block = SMALL_BLOCK if bs * cells <= SMALL_CELLS else LARGE_BLOCK
-    lanes, most = -(-cells // block), -(-TARGET_PROGRAMS // bs)  # cdiv, spelled out (this is the hot path)
-    if lanes > most:
-        lanes = most
+    lanes = min(cdiv(cells, block), cdiv(TARGET_PROGRAMS, bs))
     windowed = start_cols is not None
     _launch(module.scatter_kernel, (bs, lanes), pool_out, (flat_in, offsets, req_pool_indices, pool_out, start_cols),
             (n_tokens, n_rows, width, flat_stride, offsets.stride()[0], req_pool_indices.stride()[0],

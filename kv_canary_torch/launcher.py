@@ -17,10 +17,11 @@ def launch_scatter_req_token_ids_kernel(*, flat_in, offsets, req_pool_indices, p
     Request ``r`` writes ``pool_out[req_pool_indices[r], s + j] = int32(flat_in[offsets[r] + j])`` for ``j <
     offsets[r + 1] - offsets[r]``, ``s = start_cols[r]`` (0 where ``start_cols`` is None), skipping cells outside
     the pool and tokens outside ``flat_in`` (``shared_spec.reference``). Index arrays are int64, the pool int32,
-    all on one device (numpy and JAX arrays are adopted: zero-copy through DLPack where it shares them). ``backend``: ``"auto"`` (Triton for CUDA
-    tensors, torch otherwise), ``"triton"`` or ``"torch"``. ``check_values=True`` (a bool) also enforces the value
-    rules of ``shared_spec.values`` (a host sync). Errors are the spec's, raised before anything is written:
-    arguments, backend, ``check_values``, values. Under ``torch.compile`` the call is one graph node (``op``).
+    all on one device (numpy and JAX arrays are adopted: zero-copy through DLPack where it shares them).
+    ``backend``: ``"auto"`` (Triton for CUDA tensors, torch otherwise), ``"triton"`` or ``"torch"``.
+    ``check_values=True`` (a bool) also enforces the value rules of ``shared_spec.values`` (a host sync). Errors
+    are the spec's, raised before anything is written: arguments, backend, ``check_values``, values. Under
+    ``torch.compile`` the call is one graph node (``op``).
     """
     if _is_compiling():
         if any(type(a) is not torch.Tensor and hasattr(a, "__dlpack__")

@@ -285,10 +285,10 @@ def compile_fast_check(op: Op, dialect: Dialect) -> Callable[..., bool]:
 
     def argument_terms(a):
         alternatives = []
-        for dtype in accepted_dtypes(a, d.frontend):
+        dtypes = accepted_dtypes(a, d.frontend)
+        for dtype in dtypes:
             namespace[f"DTYPE_{dtype}"] = d.dtype_object(dtype)
             alternatives.append(d.dtype_is.format(x=a.name, dtype=f"DTYPE_{dtype}"))
-        dtypes = accepted_dtypes(a, d.frontend)
         itemsize = np.dtype(dtypes[0]).itemsize if len(dtypes) == 1 else d.itemsize.format(x=a.name)
         return ["(" + " or ".join(alternatives) + ")", f"{d.rank.format(x=a.name)} == {a.rank}",
                 d.storage.format(x=a.name, itemsize=itemsize)]

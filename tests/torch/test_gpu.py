@@ -150,7 +150,11 @@ def test_writer_graphs_never_write_a_pool_changed_in_place():
 def test_a_writer_whose_graph_capture_fails_writes_every_step_eagerly(monkeypatch):
     pool = sentinel(20, 40, device="cuda")
     writer = IncrementalWriter(pool, max_requests=2, max_new_tokens=4)
-    monkeypatch.setattr(writer, "_capture", lambda views: (_ for _ in ()).throw(RuntimeError("capture refused")))
+
+    def refused(views):
+        raise RuntimeError("capture refused")
+
+    monkeypatch.setattr(writer, "_capture", refused)
     expected = as_numpy(pool).copy()
     for step in range(20):  # every slot twice: the second time a capture is tried
         writer.step([step, step + 100], np.array([1, 7]), np.array([step, step]), lengths=1)
