@@ -3,7 +3,7 @@
 # (benchmarks/memcheck.py under compute-sanitizer), then kv-canary bench, which writes each part's figures into
 # $OUT/performance.{md,json} as it ends (copy them to docs/). Each step's log: $OUT/<step>.log; a summary on stdout.
 #   bash benchmarks/gpu_check.sh                # tests check memcheck bench, cut at BUDGET seconds (default 570)
-#   bash benchmarks/gpu_check.sh bench          # the whole bench alone (about 5 minutes on one H100)
+#   bash benchmarks/gpu_check.sh bench          # the whole bench alone
 #   bash benchmarks/gpu_check.sh tests check    # any steps, in the order given; memcheck-x64: JAX with int64
 # Exit status: the number of steps that failed or were cut short.
 set -u

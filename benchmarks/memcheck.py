@@ -9,7 +9,7 @@ The two variables give every tensor and JAX buffer an allocation of its own, so 
 argument is out of bounds for the sanitizer instead of landing in a neighbour's memory.
 
 Batch ``i`` is ``shared_spec.arg_specs.hostile_batch`` (offsets, rows and first columns at the index dtype's extremes,
-decreasing and overlapping segments, rows repeated or outside the pool) of geometry ``GEOMETRIES[(i // 2) % 4]``,
+decreasing and overlapping segments, rows outside the pool) of geometry ``GEOMETRIES[(i // 2) % 4]``,
 windowed (``start_cols``) when ``i`` is odd; the torch pool is a view of a larger buffer in one of ``LAYOUTS`` (every
 geometry meets every layout within 32 batches), whose cells outside the view must come back as they were. Kernels:
 ``torch/triton`` and ``torch/assign`` (``backend="triton"``), ``jax/pallas``, ``jax/mosaic``, ``jax/assign-pallas``,

@@ -62,11 +62,11 @@ and message, or the same pool byte for byte). The JAX runners run twice: in this
 off, mode jax_x64_off) and in a child process with JAX_ENABLE_X64=1 (mode jax, rows marked "(x64)").
 
 A kernel in an interpreter (Triton without a GPU; Pallas with interpret=True, as mosaic_tpu is off a TPU) runs every
-error case and every 4th value case; torch/torch, jax/xla and compiled kernels run every case; --all runs every case
-everywhere.
+error case and a fixed sample of the value cases; torch/torch, jax/xla and compiled kernels run every case; --all
+runs every case everywhere.
 
-Time: about 25 s on a 2-core machine without a GPU (up to a minute while other work loads it), --all about 50 s;
-on a GPU, where the kernels compile for each case's shapes, a minute or two. Progress goes to stderr. A runner that
+Time: about 25 s on a 2-core machine without a GPU, --all about 50 s; on a GPU, where the kernels compile for each
+case's shapes, a minute or two. Progress goes to stderr. A runner that
 cannot run here is named with the reason; --strict makes that a failure."""
 
 BENCH_HELP = """Time the kernels on a CUDA GPU, every run of a comparison taking turns with the others (interleaved
@@ -83,8 +83,8 @@ rounds, the order rotated each round), medians, ratios against baselines measure
   --assign       assign_req_to_token_pool: device and host time against sglang's design, and its JAX step
 With none of them, all. Every pool written is compared with shared_spec.reference; a mismatch fails the run.
 
-Time: all parts about 5 minutes on one H100 (an estimate: each section of the page it writes states the seconds its
-part took), --quick a minute less; each part alone 20 s to 2 minutes. Without a CUDA GPU it exits 3 at once."""
+Time: all parts about 2 minutes on one H100 (each section of the page it writes states the seconds its part
+took). Without a CUDA GPU it exits 3 at once."""
 
 PLOT_HELP = """Draw docs/performance.json's device-time ratios (ours over sglang's design, flushed and chained, per
 workload) as one bar chart. Needs matplotlib (pip install 'kv-canary[plot]'). Takes a few seconds."""
@@ -146,7 +146,7 @@ def parser() -> Parser:
     sub = top.add_subparsers(dest="command", metavar="COMMAND", title="commands", parser_class=Parser)
 
     p = sub.add_parser("check", description=CHECK_HELP, epilog=CHECK_CODES,
-                       help="run every runner here over the conformance cases and compare them (about 25 s on a CPU)")
+                       help="run every runner here over the conformance cases and compare them")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the table")
     p.add_argument("--all", action="store_true", help="every case on every runner, interpreted kernels included")
     p.add_argument("--backend", action="append", metavar="NAME",
@@ -160,7 +160,7 @@ def parser() -> Parser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
     p = sub.add_parser("bench", description=BENCH_HELP, epilog=BENCH_CODES,
-                       help="time the kernels against same-run baselines (CUDA GPU; about 5 minutes)")
+                       help="time the kernels against same-run baselines (CUDA GPU)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the markdown")
     for part, text in (("device", "the scatter's device time"), ("host", "the launcher's host time"),
                        ("first-call", "the first calls of a fresh process"), ("incremental", "IncrementalWriter.step"),

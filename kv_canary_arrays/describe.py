@@ -5,7 +5,8 @@ dtype name, device, why it cannot be written in place, layout, storage problem),
 (``checks.TORCH`` or ``checks.JAX``) decides where host data belongs: a numpy array is on ``cpu`` for torch (it
 crosses zero-copy, so it must be where the pool is) and on no device for JAX (host data goes where the computation
 runs); and whether ``written`` matters: only torch writes in place. Devices are ``cpu``, ``cuda:0``, ``tpu:0``, ...
-for torch tensors and JAX arrays alike; a tracer or an array sharded over several devices has none. Nothing here
+for torch tensors and JAX arrays alike; a tracer has none, nor has an array over several devices for torch (which
+reads it gathered); for JAX such an array is on ``checks.SEVERAL_DEVICES``. Nothing here
 copies data.
 """
 
@@ -52,6 +53,14 @@ def jax_single_device(x):
     return next(iter(devices)) if len(devices) == 1 else None
 
 
+def jax_memory_kind_away(x) -> bool:
+    """Whether a concrete ``jax.Array`` lies in another memory of its devices than their default (pinned host
+    memory, say), where JAX's computations do not read it."""
+    kind = getattr(x.sharding, "memory_kind", None)
+    device = next(iter(x.devices()))
+    return kind is not None and kind != device.default_memory().kind
+
+
 def describe(x, frontend: str, written: bool = False) -> ArrayView | NotAnArray:
     """What the spec's checks need to know of one argument (module docstring)."""
     in_place = written and frontend == TORCH
@@ -61,8 +70,14 @@ def describe(x, frontend: str, written: bool = False) -> ArrayView | NotAnArray:
         problem = errors.WRITE_IMMUTABLE.format(type_name="jax.Array") if in_place else None
         if not is_tracer(x) and x.is_deleted():
             return ArrayView(tuple(x.shape), dtype_name(x), None, problem, storage_problem=checks.DELETED)
+        away = frontend == checks.JAX and not is_tracer(x) and jax_memory_kind_away(x)
+        storage = checks.HOST_MEMORY if away else None
         device = jax_single_device(x)
-        return ArrayView(tuple(x.shape), dtype_name(x), None if device is None else jax_device_name(device), problem)
+        if device is not None:
+            name = jax_device_name(device)
+        else:  # JAX puts the others on every device of it; torch reads it gathered, as host data
+            name = checks.SEVERAL_DEVICES if frontend == checks.JAX and not is_tracer(x) else None
+        return ArrayView(tuple(x.shape), dtype_name(x), name, problem, storage_problem=storage)
     if is_numpy(x):
         import numpy as np
 

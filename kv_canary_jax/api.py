@@ -7,11 +7,13 @@ outside ``jit``, torch tensors. Index arrays are int32, or int64 with x64 enable
 int64 host data whose values fit int32 is narrowed, else refused); the pool is int32. The library never changes
 ``jax_enable_x64``.
 
-Order of events, all before anything runs: the spec's argument checks (at trace time under ``jit``), narrowing, the
-implementation choice (``implementations``), ``check_values`` must be a bool, then the value rules: on the host for
-concrete arrays, or staged as ``checkify`` checks for traced ones (``values``; without ``checkify.checkify`` the
-compile raises ``CHECK_VALUES_UNTRACEABLE``). Every error is the spec's exception with the spec's message, and a
-failed call writes nothing. A pool split by rows over several devices goes to ``sharded``.
+Order of events, all before anything runs: the spec's argument checks (at trace time under ``jit``), narrowing,
+``interpret`` must be a bool (``require_bool``), the implementation choice (``implementations``), ``check_values``
+must be a bool, then the value rules: on the host for concrete arrays, or staged as ``checkify`` checks for traced
+ones (``values``; without ``checkify.checkify`` the compile raises ``CHECK_VALUES_UNTRACEABLE``). Every error is the
+spec's exception with the spec's message, and a failed call writes nothing. A pool split by rows over several
+devices goes to ``sharded``; one whole on several devices takes the other arguments whole on each
+(``arguments.placed``); one JAX's explicit sharding mode splits otherwise is refused (``SHARDED_EXPLICIT_SPLIT``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import jax
 
 from kv_canary_jax import arguments, compute, implementations, sharded, values
-from shared_spec.checks import ASSIGN, SCATTER, batch_size_value
+from shared_spec.checks import ASSIGN, SCATTER, batch_size_value, require_bool
 from shared_spec import errors
 
 
@@ -41,10 +43,14 @@ def scatter_req_token_ids(flat_in, offsets, req_pool_indices, pool_out, *, start
     given = {"flat_in": flat_in, "offsets": offsets, "req_pool_indices": req_pool_indices, "pool_out": pool_out}
     if start_cols is not None:
         given["start_cols"] = start_cols
-    checked, platform = arguments.placed(arguments.checked(SCATTER, given), "pool_out")
-    choice = implementations.choice(implementation, platform, bool(interpret))
+    checked = arguments.checked(SCATTER, given)
+    if (spec := sharded.explicit_split(pool_out)) is not None:
+        raise errors.value_error(errors.SHARDED_EXPLICIT_SPLIT, spec=spec)
+    checked, platform = arguments.placed(checked, "pool_out")
+    interpret = require_bool("interpret", interpret)
+    choice = implementations.choice(implementation, platform, interpret)
     staged = values.prepare(checked, check_values, checked["pool_out"].shape[0])
-    return compute.scatter(*checked.values(), choice=choice, interpret=bool(interpret), staged=staged)
+    return compute.scatter(*checked.values(), choice=choice, interpret=interpret, staged=staged)
 
 
 def assign_req_to_token_pool(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc,
@@ -62,10 +68,13 @@ def assign_req_to_token_pool(req_pool_indices, req_to_token, start_offset, end_o
     try:
         checked = arguments.checked(ASSIGN, given, batch_size)
         bs = checked["req_pool_indices"].shape[0] if batch_size is None else batch_size_value(batch_size)
+        interpret = require_bool("interpret", interpret)
         if sharded.row_layout(checked["req_to_token"]) is not None:
             return sharded.assign(checked, bs, implementation, interpret)
+        if (spec := sharded.explicit_split(checked["req_to_token"])) is not None:
+            raise errors.value_error(errors.SHARDED_EXPLICIT_SPLIT, spec=spec)
         checked, platform = arguments.placed(checked, "req_to_token")
-        choice = implementations.choice(implementation, platform, bool(interpret))
+        choice = implementations.choice(implementation, platform, interpret)
     except (errors.KvCanaryTypeError, errors.KvCanaryValueError) as error:
         raise errors.retitled(error) from None
-    return compute.assign(*checked.values(), bs=bs, choice=choice, interpret=bool(interpret))
+    return compute.assign(*checked.values(), bs=bs, choice=choice, interpret=interpret)

@@ -10,14 +10,16 @@
    offending index (the assignment's message is retitled). With x64 on, int64 stays int64.
 
 Torch tensors then become JAX arrays on their own device (zero-copy where DLPack shares them).
-``placed(arguments, output)`` puts host data where the output is, else where the first placed argument is; it
-returns the arrays and the platform that computes (None under tracing: the platform is picked when lowering).
+``placed(arguments, output)`` puts host data where the output is, else where the first placed argument is (every
+argument whole on each device of an output over several devices, which the device check lets through: ``onto``);
+it returns the arrays and the platform that computes (None under tracing: the platform is picked when lowering).
 """
 
 from __future__ import annotations
 
 import jax
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from kv_canary_arrays.bridge import host_values, jax_input
 from kv_canary_arrays.describe import describe, dtype_name, jax_platform, jax_single_device
@@ -69,4 +71,17 @@ def placed(arguments: dict, output: str) -> tuple[dict, str | None]:
     first = next((x for name in (output, *arguments) if isinstance(x := arguments[name], jax.Array)), None)
     device = None if first is None else jax_single_device(first)
     platform = default_platform() if first is None else jax_platform(next(iter(first.devices())))
+    if first is not None and device is None:  # over several devices: the others whole on each of them
+        mesh = getattr(first.sharding, "mesh", None)
+        if mesh is None:
+            mesh = Mesh(np.array(sorted(first.devices(), key=lambda d: d.id)), ("devices",))
+        everywhere = NamedSharding(mesh, PartitionSpec())
+        return {name: x if x is first else onto(x, everywhere) for name, x in arguments.items()}, platform
     return {name: jax_input(x, device) for name, x in arguments.items()}, platform
+
+
+def onto(x, sharding):
+    """``x`` as a JAX array laid out as ``sharding``: as it is where it already is, else put there."""
+    if isinstance(x, jax.Array) and x.sharding.is_equivalent_to(sharding, x.ndim):
+        return x
+    return jax.device_put(jax_input(x), sharding)

@@ -36,7 +36,6 @@ IMPLEMENTATIONS = (PALLAS, MOSAIC, MOSAIC_TPU, XLA)
 # kernel for older GPUs while JAX ships it, XLA everywhere. A TPU takes XLA until the Mosaic TPU kernel has passed
 # on a TPU (it is tested interpreted only).
 DEFAULT = (MOSAIC, PALLAS, XLA)
-MOSAIC_MIN_CAPABILITY = (9, 0)
 OPTION = "implementation"
 MODULES = {PALLAS: "jax.experimental.pallas.triton", MOSAIC: "jax.experimental.pallas.mosaic_gpu",
            MOSAIC_TPU: "jax.experimental.pallas.tpu"}
@@ -113,7 +112,7 @@ def unavailable_reason(name: str, platform: str, interpret: bool) -> str | None:
             capability = gpu_capability() if platform == "cuda" else None
             if capability is None:
                 return errors.MOSAIC_NEEDS_GPU
-            if capability < MOSAIC_MIN_CAPABILITY:
+            if capability < errors.MOSAIC_MIN_CAPABILITY:
                 return errors.MOSAIC_NEEDS_HOPPER.format(capability="{}.{}".format(*capability))
     error = import_error(name)
     return None if error is None else NOT_IMPORTABLE[name].format(error=error)

@@ -58,11 +58,11 @@ from kv_canary_jax.compute import per_example
 from kv_canary_jax.xla import Typed, windows
 
 VEC = 128  # a warpgroup's threads: the smallest vector copy, one element per thread
-# The tile cap: 1024 columns, 8 tokens per thread, was faster than 512 at every uniform case of 0.5M-8M tokens on
-# the H200 (profiler kernel durations); a window shorter than the tile takes the short copies.
+# The tile cap: 1024 columns, 8 tokens a thread (docs/design.md, "The JAX kernels"); a window shorter than the tile
+# takes the short copies.
 TILE = 1024
-# Scalar stores per loop step of a short window: an unrolled store per column raised the kernel to 96-128 registers
-# per thread (the largest path's count is the whole kernel's), against 32-40 with this loop.
+# Scalar stores per loop step of a short window, in a loop rather than unrolled: the largest path's register count
+# is the whole kernel's (docs/design.md).
 STAGE_BATCH = 16
 # Programs a launch aims at: a request gets at most cdiv(TARGET_PROGRAMS, bs) lanes, so one long request spreads
 # over the GPU while a big batch takes a lane per request; it keeps the lanes far below CUDA's y limit of 65535.

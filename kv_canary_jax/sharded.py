@@ -12,12 +12,15 @@ end, skipped as the true (negative) row would be.
 
 ``mesh`` and ``axis`` default to the pool's own ``NamedSharding`` (concrete pools; traced ones carry it only in
 JAX's explicit sharding mode). Errors, after the spec's argument checks and narrowing: ``SHARDED_NOT_A_MESH``,
-``SHARDED_UNKNOWN_AXIS``, ``SHARDED_LAYOUT_UNKNOWN``, ``SHARDED_UNEVEN`` (``R`` must be a multiple of the axis
-size: ``shard_map`` splits evenly, and anything else would move the pool); then the implementation choice for the
-mesh's platform and the value rules on the global values (staged outside the ``shard_map``, gating every block:
-checkify returns the error per device, which ``error_from_checkify`` reads). Concrete arguments not laid out as
-required are put there with ``jax.device_put``; under ``jit`` JAX reshards them itself. ``shard_map``'s varying-axes
-check is off: the Pallas kernels' outputs carry no such annotation, and the body has no collective to check.
+``SHARDED_UNKNOWN_AXIS``, ``SHARDED_LAYOUT_UNKNOWN``, ``SHARDED_UNEVEN`` (``R`` must be a multiple of the axis size:
+``shard_map`` splits evenly, and anything else would move the pool); then ``interpret`` must be a bool, the
+implementation choice for the mesh's platform and the value rules on the global values (staged outside the
+``shard_map``, gating every block: checkify returns the error per device, which ``error_from_checkify`` reads).
+Concrete arguments not laid out as required are put there with ``jax.device_put``; under ``jit`` JAX's automatic
+mode reshards them itself, and its explicit mode through ``jax.reshard``, where staged value rules are refused
+(``CHECK_VALUES_EXPLICIT_SHARDED``: ``checkify`` cannot carry them through ``shard_map`` there). ``shard_map``'s
+varying-axes check is off: the Pallas kernels' outputs carry no such annotation, and the body has no collective to
+check.
 """
 
 from __future__ import annotations
@@ -36,12 +39,13 @@ from kv_canary_arrays.describe import jax_platform
 from kv_canary_arrays.frameworks import is_tracer
 from kv_canary_jax import arguments, compute, implementations, values
 from shared_spec import errors
-from shared_spec.checks import SCATTER
+from shared_spec.checks import SCATTER, require_bool
 
 try:
     from jax.sharding import AbstractMesh
 except ImportError:  # pragma: no cover
     AbstractMesh = ()
+EXPLICIT = getattr(getattr(jax.sharding, "AxisType", None), "Explicit", None)
 
 REPLICATED = PartitionSpec()
 # The keyword that turns shard_map's check off: check_vma (JAX 0.7 on), formerly check_rep.
@@ -67,6 +71,19 @@ def row_layout(x, min_devices: int = 2) -> Layout | None:
     if _size(sharding.mesh, names) < min_devices:
         return None
     return Layout(sharding.mesh, names[0] if len(names) == 1 else names)
+
+
+def explicit_split(x) -> str | None:
+    """The ``PartitionSpec`` of a 2-D ``jax.Array`` that JAX's explicit sharding mode splits otherwise than by rows
+    alone (None: not one): no single-device program writes it (``SHARDED_EXPLICIT_SPLIT``)."""
+    if not isinstance(x, jax.Array) or x.ndim != 2 or row_layout(x) is not None:
+        return None
+    sharding = getattr(jax.typeof(x), "sharding", None) if is_tracer(x) else x.sharding
+    if not isinstance(sharding, NamedSharding):
+        return None
+    kinds = dict(zip(sharding.mesh.axis_names, getattr(sharding.mesh, "axis_types", ())))
+    used = [n for part in sharding.spec if part is not None for n in (part if isinstance(part, tuple) else (part,))]
+    return f"PartitionSpec{tuple(sharding.spec)!r}" if any(kinds.get(n) == EXPLICIT for n in used) else None
 
 
 def _size(mesh, names) -> int:
@@ -108,18 +125,22 @@ def scatter_req_token_ids_sharded(flat_in, offsets, req_pool_indices, pool_out, 
         given["start_cols"] = start_cols
     checked = arguments.checked(SCATTER, given)
     layout = resolve_layout(checked["pool_out"], mesh, axis)
-    choice = implementations.choice(implementation, _platform(layout.mesh), bool(interpret))
+    interpret = require_bool("interpret", interpret)
+    choice = implementations.choice(implementation, _platform(layout.mesh), interpret)
     staged = values.prepare(checked, check_values, checked["pool_out"].shape[0])
+    if staged and EXPLICIT in getattr(layout.mesh, "axis_types", ()):
+        raise errors.value_error(errors.CHECK_VALUES_EXPLICIT_SHARDED)
     arrays = _placed(checked, "pool_out", layout)
-    return _scatter(*arrays, layout=layout, choice=choice, interpret=bool(interpret), staged=staged)
+    return _scatter(*arrays, layout=layout, choice=choice, interpret=interpret, staged=staged)
 
 
 def assign(checked: dict, bs: int, implementation, interpret: bool) -> jax.Array:
-    """The assignment on a row-sharded table (``api.assign_req_to_token_pool``'s checked arguments)."""
+    """The assignment on a row-sharded table (``api.assign_req_to_token_pool``'s checked arguments, ``interpret``
+    a bool)."""
     layout = resolve_layout(checked["req_to_token"])
-    choice = implementations.choice(implementation, _platform(layout.mesh), bool(interpret))
+    choice = implementations.choice(implementation, _platform(layout.mesh), interpret)
     arrays = _placed(checked, "req_to_token", layout)
-    return _assign(*arrays, bs=bs, layout=layout, choice=choice, interpret=bool(interpret))
+    return _assign(*arrays, bs=bs, layout=layout, choice=choice, interpret=interpret)
 
 
 def _platform(mesh) -> str | None:
@@ -134,19 +155,18 @@ def _placed(checked: dict, output: str, layout: Layout) -> list:
         if is_tracer(x) or not isinstance(layout.mesh, Mesh):
             out.append(jax_input(x))
             continue
-        sharding = NamedSharding(layout.mesh, PartitionSpec(layout.axis, None) if name == output else REPLICATED)
-        if not (isinstance(x, jax.Array) and x.sharding.is_equivalent_to(sharding, x.ndim)):
-            x = jax.device_put(jax_input(x), sharding)
-        out.append(x)
+        out.append(arguments.onto(x, NamedSharding(layout.mesh, PartitionSpec(layout.axis, None) if name == output
+                                                   else REPLICATED)))
     return out
 
 
 def _sharded(flat_in, offsets, rows, pool, start_cols=None, *, layout, choice, interpret, staged, contiguous=False):
     """The shard_map of ``compute.write`` over the pool's blocks, gated by the value rules where ``staged``."""
     dtype = compute.index_dtype((offsets, rows, start_cols), (flat_in.shape[0], *pool.shape))
-    args = [flat_in, offsets.astype(dtype), rows.astype(dtype), pool]
+    whole = functools.partial(_whole, mesh=layout.mesh)
+    args = [whole(flat_in), whole(offsets.astype(dtype)), whole(rows.astype(dtype)), pool]
     if start_cols is not None:
-        args.append(start_cols.astype(dtype))
+        args.append(whole(start_cols.astype(dtype)))
     if staged:  # the rules see the global values; the gate goes inside (a cond around shard_map breaks checkify)
         args.append(values.staged_checks(args[1], args[2], flat_in.shape[0], pool.shape[0], *args[4:]))
     write = functools.partial(compute.write, choice=choice, interpret=interpret, staged=False, contiguous=contiguous)
@@ -159,6 +179,13 @@ def _sharded(flat_in, offsets, rows, pool, start_cols=None, *, layout, choice, i
     pool_spec = PartitionSpec(layout.axis, None)
     specs = (REPLICATED,) * 3 + (pool_spec,) + (REPLICATED,) * (len(args) - 4)
     return jax.shard_map(local, mesh=layout.mesh, in_specs=specs, out_specs=pool_spec, **{_CHECK: False})(*args)
+
+
+def _whole(x, mesh):
+    """``x`` replicated, as ``shard_map``'s specs take it: resharded where JAX's explicit mode splits it (its
+    automatic mode reshards by itself)."""
+    spec = getattr(getattr(jax.typeof(x), "sharding", None), "spec", None)
+    return jax.reshard(x, NamedSharding(mesh, REPLICATED)) if spec and any(s is not None for s in spec) else x
 
 
 _scatter = jax.jit(_sharded, static_argnames=("layout", "choice", "interpret", "staged", "contiguous"))

@@ -22,6 +22,7 @@ from shared_spec import errors
 from shared_spec.reference import assign_lengths
 
 _active = torch._C._are_functorch_transforms_active
+VMAP_NAMES = ("req_pool_indices, start_offset or end_offset", "out_cache_loc", "req_to_token")
 
 
 def assign_req_to_token_pool_func(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc,
@@ -46,6 +47,9 @@ def assign_req_to_token_pool_func(req_pool_indices, req_to_token, start_offset, 
 
 def _windowed_scatter(rows, table, start, end, loc, bs: int) -> None:
     """The assignment as the windowed scatter: offsets the running sum of the lengths, saturated at ``N``."""
+    refusal = torch_backend.vmap_refusal((rows, start, end), loc, table, VMAP_NAMES)
+    if refusal is not None:
+        raise errors.retitled(errors.unavailable_error("backend", "torch", refusal))
     n_tokens = loc.shape[0]
     start = start[:bs].to(torch.int64)
     lengths = assign_lengths(start, end[:bs].to(torch.int64), n_tokens, xp=torch)

@@ -20,10 +20,10 @@ outside ``torch.func`` transforms and stream captures; any other step runs as ab
 - nested (``lengths=None``): ``new_tokens`` one entry per request, each as ``pack_token_ids`` takes it (the same
   conversion, the same errors naming ``new_tokens``);
 - flat: ``new_tokens`` every request's tokens in order (a list of ints, converted in one call, or a 1-D integer
-  array or CPU tensor), cut by ``lengths``: an int ``k >= 1`` (every request has ``k``: 1 in a decode step) or one
-  count ``>= 0`` per request, which must sum to ``len(new_tokens)``.
+  array or tensor: ``packing.host_ints``), cut by ``lengths``: an int ``k >= 1`` (every request has ``k``: 1 in a
+  decode step) or one count ``>= 0`` per request, which must sum to ``len(new_tokens)``.
 
-``rows`` and ``start_cols``: ``bs`` ints (a list, a 1-D integer array or CPU tensor). A refused step raises the
+``rows`` and ``start_cols``: ``bs`` ints (a list, a 1-D integer array or tensor). A refused step raises the
 spec's error (``INCREMENTAL_*``, ``PACK_*``, then the launcher's) and writes nothing; the next step runs as if it
 had not been called.
 
@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from kv_canary_torch import backends, launch
-from kv_canary_torch.packing import requests, token_ids
+from kv_canary_torch.packing import host_ints, requests, token_ids
 from kv_canary_torch.scatter import scatter
 from shared_spec import errors
 from shared_spec.checks import require_bool
@@ -61,7 +61,6 @@ _TOKENS = errors.INCREMENTAL_WHERE.format(arg="new_tokens")
 _active = torch._C._are_functorch_transforms_active
 _raw_stream = launch._raw_stream
 _capturing = torch._C._cuda_isCurrentStreamCapturing
-_INT64_MAX = np.iinfo(np.int64).max
 
 
 def _what(values) -> str:
@@ -76,29 +75,6 @@ def _what(values) -> str:
             return kind
         return f"{kind} of shape {found.shape} and dtype {found.dtype.name}"
     return kind
-
-
-def _ints(values):
-    """``values`` as a 1-D integer numpy array whose entries int64 holds, or None: a list or tuple of ints in one
-    call, an integer numpy array or CPU tensor as it is."""
-    kind = type(values)
-    if kind is np.ndarray and values.dtype == np.int64 and values.ndim == 1:
-        return values
-    if kind is list or kind is tuple:
-        try:
-            return np.frombuffer(array("q", values), dtype=np.int64)
-        except (TypeError, OverflowError):
-            return None
-    if isinstance(values, torch.Tensor):
-        try:
-            values = values.numpy()  # a CPU tensor's own memory
-        except (TypeError, RuntimeError):  # on another device, or of a dtype numpy lacks
-            return None
-    if not isinstance(values, np.ndarray) or values.ndim != 1 or (values.dtype.kind not in "iu" and values.size):
-        return None
-    if values.dtype == np.uint64 and values.size and values.max() > _INT64_MAX:
-        return None
-    return values
 
 
 def _capacity(name: str, value, limit: int) -> int:
@@ -130,8 +106,8 @@ class IncrementalWriter:
     def __init__(self, pool_out, max_requests, max_new_tokens, *, backend="auto", graphs=True):
         if not isinstance(pool_out, torch.Tensor):
             raise errors.type_error(errors.INCREMENTAL_POOL, what=type(pool_out).__name__)
-        if pool_out.dim() != 2 or pool_out.dtype != torch.int32:
-            what = f"a tensor of shape {tuple(pool_out.shape)} and dtype {str(pool_out.dtype)[6:]}"
+        if pool_out.dim() != 2 or pool_out.dtype != torch.int32 or pool_out.is_meta:
+            what = f"a tensor of shape {tuple(pool_out.shape)} and dtype {str(pool_out.dtype)[6:]} on {pool_out.device}"
             raise errors.type_error(errors.INCREMENTAL_POOL, what=what)
         self.pool_out, self.backend = pool_out, backend
         self.max_requests = _capacity("max_requests", max_requests, MAX_REQUESTS)
@@ -157,7 +133,7 @@ class IncrementalWriter:
         self._ring = ring
         triton = type(backend) is str and backend in ("auto", "triton") and backends.HAVE_TRITON
         # (slot, bs, count) -> its graph; None where steps never replay one
-        self._graphs = {} if require_bool("graphs", graphs) and ring and triton else None
+        self._graphs = {} if require_bool("graphs", graphs, errors.INCREMENTAL_NOT_A_BOOL) and ring and triton else None
         self._home_id = torch.cuda.current_stream(device).cuda_stream if ring else None  # where the buffers were made
         self._index = pool_out.get_device()
         self._checked = None  # _pool_state of the pool the last eager step wrote: the one graphs may write
@@ -213,7 +189,7 @@ class IncrementalWriter:
 
     def _flat(self, new_tokens, lengths) -> tuple:
         """``(bs, count, tokens, k or offsets)`` of the flat form, or the spec's error."""
-        tokens = _ints(new_tokens)
+        tokens = host_ints(new_tokens, _TOKENS)
         if tokens is not None:
             count = tokens.shape[0]
         else:
@@ -228,9 +204,9 @@ class IncrementalWriter:
             if count % k:
                 raise errors.value_error(errors.INCREMENTAL_FLAT_COUNT, count=count, lengths=k,
                                          expected=f"not a multiple of {k}")
-            bs, cut = count // k, k
+            bs, cut = count // k, k if count else 1  # no requests: offsets [0], whatever k is
         else:
-            counts = _ints(lengths)
+            counts = host_ints(lengths, errors.INCREMENTAL_WHERE.format(arg="lengths"))
             if counts is None or (counts.size and counts.min() < 0):
                 what = "a negative count" if counts is not None else _what(lengths)
                 raise errors.value_error(errors.INCREMENTAL_FLAT_LENGTHS, what=what)
@@ -263,7 +239,7 @@ class IncrementalWriter:
 
     @staticmethod
     def _per_request(values, name: str, bs: int) -> np.ndarray:
-        found = _ints(values)
+        found = host_ints(values, errors.INCREMENTAL_WHERE.format(arg=name))
         if found is None:
             raise errors.type_error(errors.INCREMENTAL_NOT_INTS, arg=name, what=_what(values))
         if found.shape[0] != bs:
@@ -320,8 +296,8 @@ class IncrementalWriter:
         return graph
 
     def _views(self, slot: int, bs: int, count: int) -> _Views:
-        """A step's views of ``slot``, made once per ``(bs, count)`` and kept for the last ``VIEWS_KEPT`` of them
-        (slicing a tensor costs host time)."""
+        """A step's views of ``slot``, made once per ``(bs, count)`` and kept for ``VIEWS_KEPT`` of them, the first
+        made leaving first (slicing a tensor costs host time)."""
         kept = self._kept[slot]
         if len(kept) >= VIEWS_KEPT:
             oldest = next(iter(kept))

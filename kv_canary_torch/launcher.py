@@ -8,6 +8,7 @@ from kv_canary_torch import op
 from kv_canary_torch.scatter import scatter
 
 _is_compiling = torch.compiler.is_compiling
+_GRAPH_TYPES = (torch.Tensor, torch.nn.Parameter)  # what a compiled graph hands the op as a plain tensor
 
 
 def launch_scatter_req_token_ids_kernel(*, flat_in, offsets, req_pool_indices, pool_out, start_cols=None,
@@ -24,9 +25,10 @@ def launch_scatter_req_token_ids_kernel(*, flat_in, offsets, req_pool_indices, p
     ``torch.compile`` the call is one graph node (``op``).
     """
     if _is_compiling():
-        if any(type(a) is not torch.Tensor and hasattr(a, "__dlpack__")
+        if any(type(a) not in _GRAPH_TYPES and hasattr(a, "__dlpack__")
                for a in (flat_in, offsets, req_pool_indices, pool_out, start_cols)):
-            # Another framework's arrays, which TorchDynamo would trace as tensors: the call runs eagerly.
+            # Another framework's arrays, which TorchDynamo would trace as tensors, and tensor subclasses, which a
+            # graph's custom op does not take: the call runs eagerly.
             torch._dynamo.disable(scatter)(flat_in, offsets, req_pool_indices, pool_out, start_cols, check_values,
                                            backend)
             return

@@ -1,15 +1,17 @@
 """Per-request token ids as the launcher's ``(flat_in, offsets)``, and the one conversion of a request's ids.
 
 ``pack_token_ids(token_lists, *, pin_memory=False)`` returns two int64 CPU tensors: ``flat_in``, the requests' ids
-concatenated in order, and ``offsets``, ``[0, cumsum(lengths)]``. ``pin_memory=True`` page-locks them (needs
-CUDA), so that ``.to("cuda", non_blocking=True)`` copies asynchronously.
+concatenated in order, and ``offsets``, ``[0, cumsum(lengths)]``. ``pin_memory=True`` page-locks them (a bool;
+True needs CUDA: ``PACK_PIN_NEEDS_CUDA``), so that ``.to("cuda", non_blocking=True)`` copies asynchronously.
 
 ``token_lists`` is a sequence with one entry per request (a list, tuple or other sequence but a str, a numpy
 array or a tensor of one or more dimensions), else ``KvCanaryTypeError`` (``PACK_NOT_REQUESTS``). Each entry
 (``token_ids``) is a list or tuple of ints (Python or numpy ints; a bool counts as its int), or anything numpy makes
 a 1-D integer array of: an integer numpy array, a tensor on any device (copied to the host), a range. Anything else
 is ``KvCanaryTypeError`` (``PACK_NOT_TOKEN_IDS``), and an id no int64 holds ``KvCanaryValueError``
-(``PACK_OUT_OF_RANGE``), naming the request and the position. ``IncrementalWriter.step`` takes the same entries.
+(``PACK_OUT_OF_RANGE``), naming the request and the position; a tensor whose memory does not hold its elements
+(freed or shrunk storage, meta) ``KvCanaryValueError`` (``HOST_NO_MEMORY``). ``IncrementalWriter.step`` takes the
+same entries, through ``host_ints`` as ``token_ids`` does.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from kv_canary_arrays.describe import torch_backed
 from shared_spec import errors
+from shared_spec.checks import require_bool
 
 INT64 = np.iinfo(np.int64)
 
@@ -43,27 +47,40 @@ def requests(token_lists, where: str = errors.PACK_WHERE):
 
 def token_ids(index: int, ids, where: str = errors.PACK_WHERE) -> np.ndarray:
     """Request ``index``'s ids as a 1-D int64 numpy array (module docstring), or the spec's error naming ``where``."""
-    kind = type(ids)
+    found = host_ints(ids, f"{where}[{index}]")
+    if found is None:
+        raise _refusal(index, ids, where)
+    return found
+
+
+def host_ints(values, where: str) -> np.ndarray | None:
+    """``values`` as a 1-D int64 numpy array: a list or tuple of ints in one call, or anything numpy makes a 1-D
+    integer array of whose entries int64 holds (a tensor's values read on the host); None for anything else. A
+    tensor whose memory does not hold its elements raises ``HOST_NO_MEMORY`` naming ``where``."""
+    kind = type(values)
+    if kind is np.ndarray and values.dtype == np.int64 and values.ndim == 1:
+        return values
     if kind is list or kind is tuple:
         try:
-            return np.frombuffer(array("q", ids), dtype=np.int64)
+            return np.frombuffer(array("q", values), dtype=np.int64)
         except (TypeError, OverflowError):
-            raise _refusal(index, ids, where) from None
-    values = ids
-    if isinstance(ids, torch.Tensor):
+            return None
+    if isinstance(values, torch.Tensor):
+        if values.is_meta or not torch_backed(values):
+            raise errors.value_error(errors.HOST_NO_MEMORY, where=where)
         try:
-            values = ids.detach().cpu().numpy()
-        except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16): no token ids either
-            values = None
+            values = values.detach().resolve_neg().cpu().numpy()
+        except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16): no integers either
+            return None
     try:
-        array_ = None if values is None else np.asarray(values)
+        found = np.asarray(values)
     except (TypeError, ValueError):
-        array_ = None
-    if array_ is not None and array_.ndim == 1 and (array_.dtype.kind in "iu" or array_.size == 0):
-        if array_.dtype == np.uint64 and array_.size and array_.max() > INT64.max:
-            raise _refusal(index, ids, where)
-        return array_.astype(np.int64, copy=False)
-    raise _refusal(index, ids, where)
+        return None
+    if found.ndim != 1 or (found.dtype.kind not in "iu" and found.size):
+        return None
+    if found.dtype == np.uint64 and found.size and found.max() > INT64.max:
+        return None
+    return found.astype(np.int64, copy=False)
 
 
 def _refusal(index: int, ids, where: str) -> Exception:
@@ -91,6 +108,8 @@ def _refusal(index: int, ids, where: str) -> Exception:
 
 def pack_token_ids(token_lists, *, pin_memory: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``(flat_in, offsets)`` for ``launch_scatter_req_token_ids_kernel`` (module docstring)."""
+    if require_bool("pin_memory", pin_memory, errors.PACK_NOT_A_BOOL) and not torch.cuda.is_available():
+        raise errors.value_error(errors.PACK_PIN_NEEDS_CUDA)
     arrays = [token_ids(i, ids) for i, ids in enumerate(requests(token_lists))]
     offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
     np.cumsum([a.shape[0] for a in arrays], out=offsets[1:])

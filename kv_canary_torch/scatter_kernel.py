@@ -1,5 +1,5 @@
 """The Triton kernels of ``scatter_req_token_ids``: ``scatter_kernel`` (any strides; program ``(r, p)`` is lane ``p``
-of request ``r``'s window) and ``scatter_tiled_kernel`` (large batches of contiguous tokens and pool rows).
+of request ``r``'s window) and ``scatter_tiled_kernel`` (large batches of contiguous tokens and pool columns).
 
 Import it only when a Triton launch is about to happen: ``@triton.jit`` reads ``TRITON_INTERPRET`` as this module
 is imported, and ``INTERPRETED`` records which mode the kernels got.

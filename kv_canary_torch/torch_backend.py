@@ -13,8 +13,10 @@ consecutive chunks of at most ``max(R * C, N, bs, MIN_CHUNK_CELLS)`` cells (a re
 constant times the arguments' own sizes, one more sync to cut them. A cell several requests write holds one of
 their values, as the spec allows (``index_put_`` keeps one of several writes to a cell).
 
-Under ``torch.func.vmap`` a batched ``offsets``, ``req_pool_indices`` or ``start_cols`` gives each example its own
-count of cells, which this path reads on the host: refused (``errors.TORCH_VMAP_BATCHED_SEGMENTS``).
+Under ``torch.func.vmap`` (``vmap_refusal``): a batched ``offsets``, ``req_pool_indices`` or ``start_cols`` gives
+each example its own count of cells, which this path reads on the host (``errors.TORCH_VMAP_BATCHED_SEGMENTS``);
+``flat_in`` batched deeper than ``pool_out`` would write every example into one pool
+(``errors.TORCH_VMAP_UNBATCHED_OUTPUT``): both refused.
 """
 
 from __future__ import annotations
@@ -29,15 +31,30 @@ from shared_spec.reference import window
 MIN_CHUNK_CELLS = 1 << 18  # about 14 MB of temporaries: the per-chunk cost is negligible past it
 
 
-def _batched(tensor) -> bool:
-    return tensor is not None and torch._C._functorch.is_batchedtensor(tensor)
+SCATTER_NAMES = ("offsets, req_pool_indices or start_cols", "flat_in", "pool_out")
+_batched = torch._C._functorch.is_batchedtensor
+_level = torch._C._functorch.maybe_get_level
+
+
+def vmap_refusal(segments, values, output, names=SCATTER_NAMES) -> str | None:
+    """Why ``vmap`` keeps this path from the call (module docstring), None where nothing does. ``segments``: the
+    tensors that cut the cells (None: not given); ``values``: the one written; ``names``: how the reason names
+    ``segments``, ``values`` and ``output``."""
+    if not torch._C._are_functorch_transforms_active():
+        return None
+    fields = dict(zip(("segments", "values", "output"), names))
+    if any(t is not None and _batched(t) for t in segments):
+        return errors.TORCH_VMAP_BATCHED_SEGMENTS.format(**fields)
+    if _batched(values) and _level(values) > _level(output):
+        return errors.TORCH_VMAP_UNBATCHED_OUTPUT.format(**fields)
+    return None
 
 
 def scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols=None) -> None:
     """Write the requests' token ids into ``pool_out`` in place (module docstring)."""
-    if torch._C._are_functorch_transforms_active() and any(
-            _batched(t) for t in (offsets, req_pool_indices, start_cols)):
-        raise errors.unavailable_error("backend", "torch", errors.TORCH_VMAP_BATCHED_SEGMENTS)
+    refusal = vmap_refusal((offsets, req_pool_indices, start_cols), flat_in, pool_out)
+    if refusal is not None:
+        raise errors.unavailable_error("backend", "torch", refusal)
     bs, n_tokens = req_pool_indices.shape[0], flat_in.shape[0]
     n_rows, width = pool_out.shape
     if bs == 0 or n_tokens == 0 or n_rows == 0 or width == 0:

@@ -2,7 +2,8 @@
 
 - ``WORKLOADS``: sglang's benchmark grid, larger, ragged and row-aligned cases, and sglang's skewed workloads, by
   name (``"256x8192"``, ``"64x32768r"`` ragged, ``"256x32768a"`` rows a multiple of 128 wide, or a skewed name);
-  tags say where each is used (``"primary"``: the bench's default set; ``"small"``: below 256K tokens).
+  tags say where each is used (``"primary"``: the bench's default set; ``"small"``: the grid's cases below 256K
+  tokens, ``bench --quick``'s set).
   ``make_batch(name)`` builds one as numpy arrays, as sglang's benchmark does.
 - ``decode_step``: the serving pattern: every request appends new tokens at its current length (``start_cols``).
 - ``PROPERTY_SHAPES``: the few shapes property tests of compiled backends draw from, as fractions of their maxima.

@@ -69,15 +69,18 @@ CHECK_ORDER = {
 }
 
 STRIDED = "strided"  # ArrayView.layout of plain strided memory
+SEVERAL_DEVICES = "several devices"  # ArrayView.device of a JAX array over more than one device
 NO_DATA_DEVICES = ("meta",)
 # ArrayView.storage_problem: why an array's memory does not hold its values as they read.
 MASKED, DELETED, NEGATIVE_BIT, CONJUGATE_BIT, NO_MEMORY = "masked", "deleted", "negative_bit", "conjugate_bit", "no_memory"
+HOST_MEMORY = "host_memory"  # a JAX array in another memory of its device than the default
 STORAGE_MESSAGES: dict[str, tuple[Callable[..., Exception], str]] = {
     MASKED: (errors.type_error, errors.MASKED_ARRAY),
     DELETED: (errors.value_error, errors.DELETED_ARRAY),
     NEGATIVE_BIT: (errors.value_error, errors.NEGATIVE_BIT),
     CONJUGATE_BIT: (errors.value_error, errors.CONJUGATE_BIT),
     NO_MEMORY: (errors.value_error, errors.NO_MEMORY),
+    HOST_MEMORY: (errors.value_error, errors.HOST_MEMORY_KIND),
 }
 
 
@@ -190,7 +193,10 @@ def batch_size_value(batch_size):
 
 
 def device_error(op: Op, views: Mapping, names) -> Exception | None:
-    """The device check: the output's device decides; where it has none (host data) the first argument with one."""
+    """The device check: the output's device decides; where it has none (host data) the first argument with one.
+    An output on ``SEVERAL_DEVICES`` takes every argument (the frontend puts each on all of its devices)."""
+    if views[op.output].device == SEVERAL_DEVICES:
+        return None
     placed = [name for name in (op.output, *names) if views[name].device is not None]
     if not placed:
         return None
@@ -220,13 +226,14 @@ def storage_error(name: str, view: ArrayView) -> Exception | None:
     return None
 
 
-def require_bool(option: str, value) -> bool:
-    """``value`` as a ``bool`` (``bool`` or ``numpy.bool_``); the spec's ``TypeError`` for anything else."""
+def require_bool(option: str, value, template: str = errors.NOT_A_BOOL) -> bool:
+    """``value`` as a ``bool`` (``bool`` or ``numpy.bool_``); the spec's ``TypeError`` (``template``: the scatter's
+    message, or another ``BOOL_OPTION``'s) for anything else."""
     if value is True or value is False:
         return value
     if isinstance(value, np.bool_):
         return bool(value)
-    raise errors.type_error(errors.NOT_A_BOOL, option=option, type_name=type(value).__name__)
+    raise errors.type_error(template, option=option, type_name=type(value).__name__)
 
 
 def cells_overlap(shape, strides) -> bool:

@@ -60,6 +60,10 @@ NO_MEMORY = (
     PREFIX + " {arg} has elements that no memory holds (a freed or shrunk storage, a null data pointer, "
     "a zero tensor); pass a tensor whose storage holds every element it reads"
 )
+HOST_MEMORY_KIND = (
+    PREFIX + " {arg} is in another memory of its device than the default (a host memory kind), which the computation "
+    "does not read; jax.device_put it to the device's default memory"
+)
 WRONG_RANK = PREFIX + " {arg} must be {rank}-D, got shape {shape}"
 # {dtype}: what the frontend accepts for that argument (checks.accepted_dtypes): "int64", "int32 or int64", "int32".
 WRONG_DTYPE = PREFIX + " {arg} must be {dtype}, got {got}"
@@ -73,7 +77,8 @@ DEVICE_MISMATCH_HOST_POOL = (
     "(pool_out, host data, goes where they are)"
 )
 NOT_WRITABLE = PREFIX + " pool_out cannot be written in place: {reason}"
-NOT_A_BOOL = PREFIX + " {option} must be a bool, got {type_name}"
+BOOL_OPTION = " {option} must be a bool, got {type_name}"
+NOT_A_BOOL = PREFIX + BOOL_OPTION
 # The JAX frontend with x64 off: a concrete int64 argument (host data, a torch tensor, a JAX array made with x64 on)
 # whose values int32 holds becomes int32; one that int32 does not hold is refused.
 NOT_INT32 = (
@@ -108,6 +113,10 @@ CHECK_VALUES_UNTRACEABLE = (
     PREFIX + " check_values=True under jax.jit needs jax.experimental.checkify: "
     "wrap the jitted function with checkify.checkify(..., errors=checkify.user_checks)"
 )
+CHECK_VALUES_EXPLICIT_SHARDED = (
+    PREFIX + " check_values=True under jax.jit on a pool split by rows in JAX's explicit sharding mode: checkify "
+    "cannot carry the checks through jax.shard_map there; check the values outside jit, or use the automatic mode"
+)
 CHECK_VALUES_TRANSFORMED = (
     PREFIX + " check_values=True cannot read {arg}'s values inside this torch.func transform ({error}); "
     "check the values outside the transform, or pass check_values=False"
@@ -124,8 +133,12 @@ TORCH_FUNC_TRANSFORMED = (
     "do not have; pass backend='torch' (or 'auto', which runs it there)"
 )
 TORCH_VMAP_BATCHED_SEGMENTS = (
-    "under torch.func.vmap, a batched offsets, req_pool_indices or start_cols gives each example its own number of cells to "
-    "write, which this path counts on the host; vmap over pool_out and flat_in only, or call once per example"
+    "under torch.func.vmap, a batched {segments} gives each example its own number of cells to write, which this "
+    "path counts on the host; vmap over {output} and {values} only, or call once per example"
+)
+TORCH_VMAP_UNBATCHED_OUTPUT = (
+    "under torch.func.vmap, {values} is batched but {output} is not, so every example would write its own values "
+    "into one {output}; vmap over {output} too, or call once per example"
 )
 PALLAS_NEEDS_GPU = (
     "the Pallas kernel lowers through Triton and needs a CUDA GPU; "
@@ -139,14 +152,13 @@ MOSAIC_NOT_IMPORTABLE = (
     "the Mosaic GPU kernel needs jax.experimental.pallas.mosaic_gpu, which does not import here ({error}); "
     "install absl-py, or pass implementation='pallas' or 'xla'"
 )
+MOSAIC_MIN_CAPABILITY = (9, 0)  # Hopper: the warpgroup instructions the Mosaic GPU kernel lowers to
+_MOSAIC_NEEDS = "the Mosaic GPU kernel needs a CUDA GPU of compute capability {}.{} or newer".format(
+    *MOSAIC_MIN_CAPABILITY)
 MOSAIC_NEEDS_GPU = (
-    "the Mosaic GPU kernel needs a CUDA GPU of compute capability 9.0 or newer; "
-    "pass interpret=True to run it in the Pallas interpreter, or implementation='pallas' or 'xla'"
+    _MOSAIC_NEEDS + "; pass interpret=True to run it in the Pallas interpreter, or implementation='pallas' or 'xla'"
 )
-MOSAIC_NEEDS_HOPPER = (
-    "the Mosaic GPU kernel needs a CUDA GPU of compute capability 9.0 or newer, "
-    "but this GPU's is {capability}; pass implementation='pallas' or 'xla'"
-)
+MOSAIC_NEEDS_HOPPER = _MOSAIC_NEEDS + ", but this GPU's is {capability}; pass implementation='pallas' or 'xla'"
 MOSAIC_TPU_NOT_IMPORTABLE = (
     "the Mosaic TPU kernel needs jax.experimental.pallas.tpu, which does not import here ({error}); pass implementation='xla'"
 )
@@ -172,6 +184,10 @@ SHARDED_LAYOUT_UNKNOWN = (
 SHARDED_LAYOUT_TRACED = "a pool traced under jax.jit carries its sharding only in JAX's explicit sharding mode"
 SHARDED_LAYOUT_HOST = "it is a {type_name}, on no device"
 SHARDED_LAYOUT_SHARDING = "its sharding {sharding} does not split the rows alone over a mesh axis"
+SHARDED_EXPLICIT_SPLIT = (
+    PREFIX + " pool_out is sharded as {spec} in JAX's explicit sharding mode, which this operation takes split by rows "
+    "alone or whole on each device; jax.reshard it to one of those"
+)
 SHARDED_UNEVEN = (
     PREFIX + " pool_out has {rows} rows, which the {devices} devices of mesh axis {axis!r} cannot split evenly; "
     "give the pool a multiple of {devices} rows"
@@ -202,7 +218,17 @@ INCREMENTAL_FLAT_COUNT = (
     "requests ({expected})"
 )
 INCREMENTAL_CAPACITY = "kv-canary: IncrementalWriter {arg} must be an int from 0 to {limit}, got {value!r}"
-INCREMENTAL_POOL = "kv-canary: IncrementalWriter pool_out must be a 2-D int32 torch.Tensor, got {what}"
+INCREMENTAL_POOL = (
+    "kv-canary: IncrementalWriter pool_out must be a 2-D int32 torch.Tensor on a device with memory, got {what}"
+)
+INCREMENTAL_NOT_A_BOOL = "kv-canary: IncrementalWriter" + BOOL_OPTION
+PACK_NOT_A_BOOL = "kv-canary: pack_token_ids" + BOOL_OPTION
+PACK_PIN_NEEDS_CUDA = "kv-canary: pack_token_ids pin_memory=True needs CUDA, which this machine lacks; pass False"
+# A tensor of token ids or indices read on the host. {where}: PACK_WHERE[index] or INCREMENTAL_WHERE.
+HOST_NO_MEMORY = (
+    "kv-canary: {where} is a tensor with elements that no memory holds (a freed or shrunk storage, a meta tensor); "
+    "pass a tensor whose storage holds every element"
+)
 
 # assign_req_to_token_pool's own checks (the rest are the scatter's, for_assignment).
 ASSIGN_BATCH_SIZE_TYPE = ASSIGN_PREFIX + " batch_size must be an int, got {type_name}"

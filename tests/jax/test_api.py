@@ -162,6 +162,28 @@ def test_int64_host_data_past_int32_is_refused_at_its_first_argument_and_index(k
     assert str(info.value) == errors.NOT_INT32.format(arg="start_cols", index=1, value=-(2**35))
 
 
+def test_host_arrays_jax_cannot_take_as_they_are_are_read_through_a_copy():
+    flat_in, offsets, rows, pool = batch(bs=4, seed=5)
+    unaligned = np.zeros(flat_in.nbytes + 1, np.uint8)[1:].view(flat_in.dtype)
+    unaligned[...] = flat_in
+    forms = (unaligned, offsets[::-1].copy()[::-1], rows.astype(rows.dtype.newbyteorder(">")), pool[::-1].copy()[::-1])
+    assert_same_pool(np.asarray(scatter_req_token_ids(*forms, implementation="xla")), scatter_reference(*batch(
+        bs=4, seed=5)))
+
+
+def test_prng_keys_and_too_many_requests_get_the_spec_s_errors():
+    flat_in, offsets, rows, pool = batch(bs=2, seed=6)
+    keys = jax.random.split(jax.random.key(0), 3)
+    with pytest.raises(errors.KvCanaryTypeError) as info:
+        scatter_req_token_ids(flat_in, keys, rows, pool)
+    assert str(info.value) == errors.WRONG_DTYPE.format(arg="offsets", dtype="int32 or int64", got=str(keys.dtype))
+    bs = 2**31 - 1 + 1  # shapes only: nothing of this size is made
+    shapes = (jax.ShapeDtypeStruct(s, jnp.int32) for s in ((8,), (bs + 1,), (bs,), (4, 4)))
+    with pytest.raises(errors.KvCanaryValueError) as info:
+        jax.eval_shape(scatter_req_token_ids, *shapes)
+    assert str(info.value) == errors.TOO_MANY_REQUESTS.format(bs=bs, limit=2**31 - 1)
+
+
 def test_int64_host_data_stays_int64_with_x64(x64):
     flat_in = np.arange(1, 9, dtype=np.int64) + 2**40  # low 32 bits: 1 .. 8
     rows, pool = np.array([1], dtype=np.int64), np.full((2, 4), -1, np.int32)
@@ -224,3 +246,27 @@ def test_arrays_on_two_devices_are_refused_and_host_data_follows_the_pool():
     assert_same_pool(np.asarray(out), scatter_reference(*b))
     with jax.default_device(cpus[3]):  # host data alone: JAX's default device
         assert scatter_req_token_ids(*b).devices() == {cpus[3]}
+
+
+@pytest.mark.parametrize("interpret", ["no", 1, np.array([True, False]), None])
+def test_interpret_must_be_a_bool(interpret):
+    flat_in, offsets, rows, pool = batch(bs=2, seed=9)
+    with pytest.raises(errors.KvCanaryTypeError) as info:
+        scatter_req_token_ids(flat_in, offsets, rows, pool, interpret=interpret)
+    assert str(info.value) == errors.NOT_A_BOOL.format(option="interpret", type_name=type(interpret).__name__)
+    with pytest.raises(errors.KvCanaryTypeError) as info:
+        kv_canary_jax.assign_req_to_token_pool(rows, pool, offsets[:2], offsets[1:], flat_in, interpret=interpret)
+    assert str(info.value) == errors.for_assignment(errors.NOT_A_BOOL).format(
+        option="interpret", type_name=type(interpret).__name__)
+
+
+def test_arrays_in_another_memory_of_their_device_are_refused_by_name():
+    flat_in, offsets, rows, pool = batch(bs=2, seed=10)
+    device = jax.devices()[0]
+    kinds = [m.kind for m in device.addressable_memories() if m.kind != device.default_memory().kind]
+    if not kinds:
+        pytest.skip("this device has one memory")
+    pinned = jax.device_put(flat_in, jax.sharding.SingleDeviceSharding(device, memory_kind=kinds[0]))
+    with pytest.raises(errors.KvCanaryValueError) as info:
+        scatter_req_token_ids(pinned, offsets, rows, pool)
+    assert str(info.value) == errors.HOST_MEMORY_KIND.format(arg="flat_in")

@@ -139,3 +139,39 @@ def test_the_assignment_on_a_sharded_table():
     with pytest.raises(errors.KvCanaryValueError) as info:
         assign_req_to_token_pool(rows, jax.device_put(table, ROWS), start, end, loc, implementation="pallas")
     assert str(info.value) == f"{errors.ASSIGN_PREFIX} implementation 'pallas' cannot run here: {errors.PALLAS_NEEDS_GPU}"
+
+
+def test_a_pool_whole_on_several_devices_takes_arguments_placed_anywhere():
+    flat_in, offsets, rows, pool = batch(bs=3, width=8, seed=7)
+    expected = scatter_reference(flat_in, offsets, rows, pool)
+    elsewhere = [jax.device_put(a, CPUS[1]) for a in (flat_in, offsets, rows)]
+    for spec in (P(), P(None, "rows")):
+        out = scatter_req_token_ids(*elsewhere, jax.device_put(pool, NamedSharding(MESH, spec)))
+        assert_same_pool(np.asarray(out), expected)
+        assert out.sharding.is_equivalent_to(NamedSharding(MESH, spec), 2)
+    with pytest.raises(errors.KvCanaryValueError) as raised:  # several devices against one
+        scatter_req_token_ids(jax.device_put(flat_in, NamedSharding(MESH, P())), offsets, rows,
+                              jax.device_put(pool, CPUS[2]))
+    assert str(raised.value) == errors.DEVICE_MISMATCH.format(arg="flat_in", device="several devices",
+                                                               pool_device="cpu:2")
+
+
+def test_explicit_sharding_mode():
+    explicit = jax.make_mesh((4,), ("rows",), axis_types=(jax.sharding.AxisType.Explicit,), devices=CPUS[:4])
+    flat_in, offsets, rows, pool = batch(bs=3, width=8, seed=8)
+    expected = scatter_reference(flat_in, offsets, rows, pool)
+    with jax.sharding.use_mesh(explicit) if hasattr(jax.sharding, "use_mesh") else jax.set_mesh(explicit):
+        by_rows = jax.device_put(pool, NamedSharding(explicit, P("rows", None)))
+        split_tokens = jax.device_put(np.resize(flat_in, 8 * ((len(flat_in) + 7) // 8)),
+                                      NamedSharding(explicit, P("rows")))
+        padded = scatter_reference(np.asarray(split_tokens), offsets, rows, pool)
+        assert_same_pool(np.asarray(jax.jit(scatter_req_token_ids)(split_tokens, offsets, rows, by_rows)), padded)
+        assert_same_pool(np.asarray(scatter_req_token_ids(flat_in, offsets, rows, by_rows)), expected)
+        with pytest.raises(errors.KvCanaryValueError) as raised:
+            checkify.checkify(jax.jit(lambda *a: scatter_req_token_ids(*a, check_values=True)))(
+                flat_in, offsets, rows, by_rows)
+        assert str(raised.value) == errors.CHECK_VALUES_EXPLICIT_SHARDED
+        by_columns = jax.device_put(pool, NamedSharding(explicit, P(None, "rows")))
+        with pytest.raises(errors.KvCanaryValueError) as raised:
+            scatter_req_token_ids(flat_in, offsets, rows, by_columns)
+        assert str(raised.value) == errors.SHARDED_EXPLICIT_SPLIT.format(spec="PartitionSpec(None, 'rows')")

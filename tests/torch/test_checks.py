@@ -213,6 +213,65 @@ def test_numpy_and_jax_arrays_are_adopted(backend, framework, x64):
     np.testing.assert_array_equal(numpy_pool, expected)
 
 
+def _unaligned(values: np.ndarray) -> np.ndarray:
+    """``values`` at an odd byte address: a view one byte into a buffer of its own."""
+    buffer = np.zeros(values.nbytes + 1, np.uint8)
+    view = buffer[1:].view(values.dtype).reshape(values.shape)
+    view[...] = values
+    return view
+
+
+HOST_FORMS = {
+    "big-endian": lambda a: a.astype(a.dtype.newbyteorder(">")),
+    "unaligned": _unaligned,
+    "negative strides": lambda a: a[::-1].copy()[::-1],
+    "read-only": lambda a: np.lib.stride_tricks.as_strided(a, writeable=False),
+}
+
+
+@pytest.mark.parametrize("form", list(HOST_FORMS))
+def test_numpy_inputs_torch_cannot_share_are_read_and_pools_refused_with_the_reason(form):
+    flat_in, offsets, rows = np.arange(100, 108), np.array([0, 3, 8]), np.array([2, 0])
+    convert = HOST_FORMS[form]
+    pool = sentinel(3, 6, seed=1)
+    expected = scatter_reference(flat_in, offsets, rows, pool.numpy())
+    launch_scatter_req_token_ids_kernel(flat_in=convert(flat_in), offsets=convert(offsets),
+                                        req_pool_indices=convert(rows), pool_out=pool)
+    np.testing.assert_array_equal(pool.numpy(), expected)
+    numpy_pool = convert(sentinel(3, 6, seed=1).numpy())
+    before = numpy_pool.copy()
+    failure = spec_failure(checks.SCATTER, dict(flat_in=flat_in, offsets=offsets, req_pool_indices=rows,
+                                                pool_out=numpy_pool))
+    assert failure is not None and failure[0] == "writable"
+    with pytest.raises(errors.KvCanaryValueError) as raised:
+        launch_scatter_req_token_ids_kernel(flat_in=flat_in, offsets=offsets, req_pool_indices=rows,
+                                            pool_out=numpy_pool)
+    assert str(raised.value) == str(failure[1])
+    np.testing.assert_array_equal(numpy_pool, before)
+
+
+def test_jax_prng_keys_get_the_spec_s_dtype_error():
+    import jax
+
+    keys = jax.random.split(jax.random.key(0), 3)
+    with pytest.raises(errors.KvCanaryTypeError) as raised:
+        launch_scatter_req_token_ids_kernel(flat_in=keys, offsets=torch.tensor([0, 1]), req_pool_indices=torch.tensor(
+            [0]), pool_out=sentinel(2, 3))
+    assert str(raised.value) == errors.WRONG_DTYPE.format(arg="flat_in", dtype="int64", got=str(keys.dtype))
+
+
+def test_more_requests_than_a_call_takes_are_refused_before_anything_is_read():
+    bs = checks.MAX_REQUESTS + 1
+    rows = torch.zeros(1, dtype=torch.int64).expand(bs)  # 2**31 requests in 8 bytes
+    offsets = torch.zeros(1, dtype=torch.int64).expand(bs + 1)
+    pool = sentinel(2, 3)
+    with pytest.raises(errors.KvCanaryValueError) as raised:
+        launch_scatter_req_token_ids_kernel(flat_in=torch.arange(3), offsets=offsets, req_pool_indices=rows,
+                                            pool_out=pool)
+    assert str(raised.value) == errors.TOO_MANY_REQUESTS.format(bs=bs, limit=checks.MAX_REQUESTS)
+    assert (pool == sentinel(2, 3)).all()
+
+
 WRITABLE_LAYOUTS = {
     "transposed": lambda d: sentinel(6, 4, seed=5, device=d).t(),
     "column_slice": lambda d: sentinel(4, 20, seed=3, device=d)[:, 5:11],

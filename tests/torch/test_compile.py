@@ -181,3 +181,24 @@ def test_numpy_arrays_in_compiled_code_run_eagerly_with_the_spec_s_answers():
     assert tensor_pool.tolist() == [[0, 0, 1, 0, 0, 0], [2, 3, 4, 0, 0, 0]]
     with pytest.raises(errors.KvCanaryTypeError, match="pool_out must be int32, got float32"):
         g(flat, offsets, rows, np.zeros((2, 6), np.float32))
+
+
+class Name(str):
+    pass
+
+
+def test_a_str_subclass_backend_and_a_parameter_pool_are_taken_in_the_graph():
+    compiled = torch.compile(caller, fullgraph=True, backend="aot_eager")
+    pool = torch.nn.Parameter(sentinel(4, 6), requires_grad=False)
+    compiled(*inputs(), pool, backend=Name("torch"), check_values=True)
+    expected = scatter_reference(FLAT_IN, OFFSETS, ROWS, sentinel(4, 6).numpy())
+    np.testing.assert_array_equal(pool.detach().numpy(), expected)
+
+
+def test_a_tensor_subclass_runs_eagerly_outside_fullgraph():
+    class Pool(torch.Tensor):
+        pass
+
+    pool = sentinel(4, 6).as_subclass(Pool)
+    torch.compile(caller, backend="aot_eager")(*inputs(), pool)
+    np.testing.assert_array_equal(pool.numpy(), scatter_reference(FLAT_IN, OFFSETS, ROWS, sentinel(4, 6).numpy()))

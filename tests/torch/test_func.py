@@ -8,7 +8,7 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from kv_canary_torch import launch_scatter_req_token_ids_kernel
+from kv_canary_torch import assign_req_to_token_pool_func, launch_scatter_req_token_ids_kernel
 from shared_spec import errors
 from shared_spec.reference import scatter_reference
 from shared_spec.values import raise_first_value_error
@@ -57,8 +57,43 @@ def test_the_kernels_are_refused_and_batched_segments_too():
     assert str(raised.value) == f"{P} backend 'triton' cannot run here: {errors.TORCH_FUNC_TRANSFORMED}"
     with pytest.raises(errors.KvCanaryValueError) as raised:
         torch.func.vmap(lambda p, o: scatter_into(p, o, rows))(pools, torch.stack([offsets, offsets]))
-    assert str(raised.value) == f"{P} backend 'torch' cannot run here: {errors.TORCH_VMAP_BATCHED_SEGMENTS}"
+    reason = errors.TORCH_VMAP_BATCHED_SEGMENTS.format(segments="offsets, req_pool_indices or start_cols",
+                                                      values="flat_in", output="pool_out")
+    assert str(raised.value) == f"{P} backend 'torch' cannot run here: {reason}"
     assert torch.equal(pools, before)
+
+
+def test_tokens_batched_deeper_than_the_pool_are_refused():
+    pool, before = sentinel(N_ROWS, 6), sentinel(N_ROWS, 6)
+    pools = torch.stack([sentinel(N_ROWS, 6, seed=s) for s in (1, 2)])
+    offsets, rows = torch.tensor([0, 2, 5]), torch.tensor([0, 3])
+    tokens = torch.stack([FLAT_IN, FLAT_IN + 1000])
+    reason = errors.TORCH_VMAP_UNBATCHED_OUTPUT.format(values="flat_in", output="pool_out")
+    with pytest.raises(errors.KvCanaryValueError, match="cannot run here") as raised:
+        torch.func.vmap(lambda t: scatter_into(pool, offsets, rows, flat_in=t))(tokens)
+    assert str(raised.value) == f"{P} backend 'torch' cannot run here: {reason}"
+    with pytest.raises(errors.KvCanaryValueError, match="cannot run here"):  # the pool batched outside, tokens inside
+        torch.func.vmap(lambda p: torch.func.vmap(lambda t: scatter_into(p, offsets, rows, flat_in=t))(tokens))(pools)
+    assert torch.equal(pool, before)
+
+
+def test_the_assignment_refuses_what_the_scatter_does_in_its_own_names():
+    tables = torch.stack([sentinel(N_ROWS, 6, seed=s) for s in (1, 2)])
+    table, before = sentinel(N_ROWS, 6), sentinel(N_ROWS, 6)
+    rows, start, end, loc = torch.tensor([1, 2]), torch.tensor([0, 1]), torch.tensor([2, 3]), torch.arange(4)
+    segments = dict(segments="req_pool_indices, start_offset or end_offset", values="out_cache_loc",
+                    output="req_to_token")
+    calls = {errors.TORCH_VMAP_BATCHED_SEGMENTS.format(**segments):
+             lambda: torch.func.vmap(lambda t, s: assign_req_to_token_pool_func(rows, t, s, end, loc, 2))(
+                 tables, torch.stack([start, start])),
+             errors.TORCH_VMAP_UNBATCHED_OUTPUT.format(**segments):
+             lambda: torch.func.vmap(lambda c: assign_req_to_token_pool_func(rows, table, start, end, c, 2))(
+                 torch.stack([loc, loc]))}
+    for reason, call in calls.items():
+        with pytest.raises(errors.KvCanaryValueError) as raised:
+            call()
+        assert str(raised.value) == f"{errors.ASSIGN_PREFIX} backend 'torch' cannot run here: {reason}"
+    assert torch.equal(table, before)
 
 
 @st.composite

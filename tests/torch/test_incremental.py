@@ -33,6 +33,13 @@ def give(form: str, new: list, rng):
     return as_form(flat), k
 
 
+def freed(values: list) -> torch.Tensor:
+    """An int64 tensor of ``values`` whose storage was freed under it."""
+    tensor = torch.tensor(values, dtype=torch.int64)
+    tensor.untyped_storage().resize_(0)
+    return tensor
+
+
 def ints(values: list, rng):
     kind = rng.integers(0, 3)
     return values if kind == 0 else np.array(values, np.int64) if kind == 1 else torch.tensor(values, dtype=torch.int64)
@@ -127,6 +134,15 @@ BAD_STEPS = {
                         errors.INCREMENTAL_NOT_INTS.format(arg="start_cols", what="NoneType")),
     "row outside, checked": (dict(rows=[0, 9], check_values=True), errors.KvCanaryValueError,
                              errors.ROW_OUT_OF_RANGE.format(i=1, row=9, rows=6)),
+    "rows freed": (dict(rows=freed([0, 1])), errors.KvCanaryValueError,
+                   errors.HOST_NO_MEMORY.format(where=errors.INCREMENTAL_WHERE.format(arg="rows"))),
+    "tokens freed": (dict(new_tokens=[[1], freed([2, 3])]), errors.KvCanaryValueError,
+                     errors.HOST_NO_MEMORY.format(where=errors.INCREMENTAL_WHERE.format(arg="new_tokens") + "[1]")),
+    "flat tokens freed": (dict(new_tokens=freed([2, 3]), lengths=1), errors.KvCanaryValueError,
+                          errors.HOST_NO_MEMORY.format(where=errors.INCREMENTAL_WHERE.format(arg="new_tokens"))),
+    "lengths on meta": (dict(new_tokens=[2, 3], lengths=torch.ones(2, dtype=torch.int64, device="meta")),
+                        errors.KvCanaryValueError,
+                        errors.HOST_NO_MEMORY.format(where=errors.INCREMENTAL_WHERE.format(arg="lengths"))),
 }
 
 
@@ -163,13 +179,30 @@ def test_capacities_no_buffer_can_hold_are_refused(name, value):
 def test_the_largest_capacities_and_none_are_taken():
     pool = sentinel(2, 3)
     IncrementalWriter(pool, max_requests=0, max_new_tokens=0).step([], [], [])
-    IncrementalWriter(pool, max_requests=np.int64(2**20), max_new_tokens=0).step([], [], [], lengths=1)
+    writer = IncrementalWriter(pool, max_requests=np.int64(2**20), max_new_tokens=0)
+    for k in (1, 2**64, np.uint64(2**64 - 1)):  # no tokens: no requests, whatever each would have
+        writer.step([], [], [], lengths=k)
     assert (pool == sentinel(2, 3)).all()
+
+
+def test_tensors_negated_lazily_are_read_as_their_values():
+    pool = sentinel(4, 6)
+    writer = IncrementalWriter(pool, max_requests=2, max_new_tokens=4)
+    writer.step([torch._neg_view(torch.tensor([-5, -6]))], torch._neg_view(torch.tensor([-2])), [1])
+    assert pool[2, 1:3].tolist() == [5, 6]
+
+
+def test_graphs_must_be_a_bool():
+    with pytest.raises(errors.KvCanaryTypeError) as raised:
+        IncrementalWriter(sentinel(2, 3), 2, 4, graphs="yes")
+    assert str(raised.value) == errors.INCREMENTAL_NOT_A_BOOL.format(option="graphs", type_name="str")
 
 
 @pytest.mark.parametrize("pool, what", [(np.zeros((2, 3), np.int32), "ndarray"), (None, "NoneType"),
                                         ([[0]], "list"), (torch.zeros(3, dtype=torch.int32),
-                                                          "a tensor of shape (3,) and dtype int32")])
+                                                          "a tensor of shape (3,) and dtype int32 on cpu"),
+                                        (torch.zeros((2, 3), dtype=torch.int32, device="meta"),
+                                         "a tensor of shape (2, 3) and dtype int32 on meta")])
 def test_a_pool_that_is_no_2d_int32_tensor_is_refused(pool, what, x64):
     with pytest.raises(errors.KvCanaryTypeError) as raised:
         IncrementalWriter(pool, max_requests=2, max_new_tokens=4)

@@ -80,6 +80,29 @@ def test_what_is_not_token_ids_is_refused_by_name(name):
     assert type(raised.value) is error_class and str(raised.value) == message
 
 
+def test_a_tensor_whose_memory_does_not_hold_it_is_refused_by_name():
+    freed = torch.arange(3)
+    freed.untyped_storage().resize_(0)
+    for entry in (freed, torch.arange(3, device="meta")):
+        with pytest.raises(errors.KvCanaryValueError) as raised:
+            pack_token_ids([[1], entry])
+        assert str(raised.value) == errors.HOST_NO_MEMORY.format(where=f"{WHERE}[1]")
+
+
+def test_a_tensor_negated_lazily_packs_its_values():
+    assert pack_token_ids([torch._neg_view(torch.tensor([-5, 6]))])[0].tolist() == [5, -6]
+
+
+def test_pin_memory_is_a_bool_and_needs_cuda():
+    with pytest.raises(errors.KvCanaryTypeError) as raised:
+        pack_token_ids([[1]], pin_memory=1)
+    assert str(raised.value) == errors.PACK_NOT_A_BOOL.format(option="pin_memory", type_name="int")
+    if not torch.cuda.is_available():
+        with pytest.raises(errors.KvCanaryValueError) as raised:
+            pack_token_ids([[1]], pin_memory=True)
+        assert str(raised.value) == errors.PACK_PIN_NEEDS_CUDA
+
+
 def test_a_2d_array_is_one_request_a_row():
     flat_in, offsets = pack_token_ids(np.arange(6).reshape(2, 3))
     assert flat_in.tolist() == list(range(6)) and offsets.tolist() == [0, 3, 6]
