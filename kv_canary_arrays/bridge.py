@@ -26,9 +26,14 @@ def to_jax(x, *, copy_ok: bool = False):
             raise
         import torch
 
+        nbytes, free = x.numel() * x.element_size(), _free_bytes(x)
+        if nbytes > free:  # an expanded view of more elements than memory holds: asked first, since a system that
+            # overcommits memory grants the allocation and kills the process as the copy fills it
+            error = f"{nbytes} bytes, where {free} are free"
+            raise _refused(x, "JAX", errors.BRIDGE_COPY_FAILED.format(error=error))
         try:
             copy = x.clone(memory_format=torch.contiguous_format)
-        except (RuntimeError, MemoryError) as error:  # an expanded view of more elements than memory holds
+        except (RuntimeError, MemoryError) as error:
             raise _refused(x, "JAX", errors.BRIDGE_COPY_FAILED.format(error=str(error).splitlines()[0])) from error
         return _to_jax(copy)
 
@@ -74,6 +79,20 @@ def _refused(x, target: str, reason: str) -> errors.KvCanaryValueError:
     source = "torch" if is_torch(x) else "JAX" if is_jax(x) else type(x).__name__
     return errors.value_error(errors.BRIDGE_REFUSED, source=source, shape=errors.format_shape(x.shape),
                               dtype=dtype_name(x), target=target, reason=reason)
+
+
+def _free_bytes(tensor) -> int:
+    """The memory free where ``tensor`` lives: its CUDA device's, else the host's available physical memory."""
+    import os
+
+    import torch
+
+    if tensor.is_cuda:
+        return torch.cuda.mem_get_info(tensor.device)[0]
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # a system that does not say: the allocation answers
+        return 2**63
 
 
 def _size(x) -> int:

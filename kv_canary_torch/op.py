@@ -97,7 +97,7 @@ def traced(flat_in, offsets, req_pool_indices, pool_out, start_cols, check_value
             check_values = require_bool("check_values", check_values)
         except errors.KvCanaryTypeError as error:
             failure = ("check_values", error)
-    if failure is None:  # a str subclass as backend, numpy.bool_ as check_values: the op takes a str and a bool
+    if failure is None:  # a str subclass as backend: the op takes a str
         torch.ops.kv_canary.scatter_req_token_ids(*arguments, check_values, str(backend), _is_inference(pool_out))
         return
     check, error = failure
