@@ -6,8 +6,8 @@ dtype name, device, why it cannot be written in place, layout, storage problem),
 crosses zero-copy, so it must be where the pool is) and on no device for JAX (host data goes where the computation
 runs); and whether ``written`` matters: only torch writes in place. Devices are ``cpu``, ``cuda:0``, ``tpu:0``, ...
 for torch tensors and JAX arrays alike; a tracer has none, nor has an array over several devices for torch (which
-reads it gathered); for JAX such an array is on ``checks.SEVERAL_DEVICES``. Nothing here
-copies data.
+reads it gathered); for JAX such an array is on ``checks.SEVERAL_DEVICES``, and one in another memory of its device
+than the default has the storage problem ``checks.HOST_MEMORY``. Nothing here copies data.
 """
 
 from __future__ import annotations
