@@ -5,16 +5,16 @@ req_to_token, start_offset, end_offset, out_cache_loc, batch_size)`` enqueue the
 the current stream of the output's device and return: no host sync, no allocation, CUDA-graph capturable; nothing
 is launched where no cell can be written.
 
-A variant is ``(kernel, constexprs, pointer dtypes, device)``. The kernels pin every integer parameter to int64 (an
-annotation, never specialized) and every pointer to no alignment specialization (but the tiled kernel's pool,
-which it is handed 16-byte aligned only), so the variant determines
-Triton's specialization of a launch completely: its first launch goes through ``kernel[grid](...)``, which
-compiles it, and the ``CompiledKernel`` that returns launches every later call of the variant itself
-(``CompiledKernel.run``, the stream by its raw id, each pointer as the address the checks vouched for: an int,
-which Triton's launcher takes as it is). A launch on another device than the current goes through
-``kernel[grid](...)`` under that device. Interpreted (``TRITON_INTERPRET=1``: CPU tensors), every
-launch is ``kernel[grid](...)`` under one process-wide lock, since Triton's interpreter keeps the launch in
-progress (grid indices, its patches of ``triton.language``) in module globals.
+A variant is ``(kernel, constexprs, pointer dtypes, device)`` (the kernel by its ``id``). The kernels pin every
+integer parameter to int64 (an annotation, never specialized) and every pointer to no alignment specialization (but
+the tiled kernel's pool, which it is handed 16-byte aligned only), so the variant determines Triton's specialization
+of a launch completely: its first launch goes through ``kernel[grid](...)``, which compiles it, and the
+``CompiledKernel`` that returns launches every later call of the variant itself (``CompiledKernel.run``, the stream
+by its raw id, each pointer as the address the checks vouched for: an int, which Triton's launcher takes as it is).
+A launch on another device than the current goes through ``kernel[grid](...)`` under that device. Interpreted
+(``TRITON_INTERPRET=1``: CPU tensors), every launch is ``kernel[grid](...)`` under one process-wide lock, since
+Triton's interpreter keeps the launch in progress (grid indices, its patches of ``triton.language``) in module
+globals.
 
 Launch shape of the scatter, a pure function of ``bs``, ``N``, ``C`` and the strides: ``BLOCK`` 256 columns where
 the batch spans at most ``SMALL_CELLS`` cells ``bs * min(C, N)`` (latency-bound: short tiles finish soonest), else
@@ -47,7 +47,9 @@ ASSIGN_TARGET_PROGRAMS = 256
 ASSIGN_MAX_SPLIT = 64
 
 INTERPRETER_LOCK = threading.Lock()
-_compiled: dict = {}  # variant -> (Triton's CompiledKernel, its run)
+# (id(kernel), constexprs, dtypes, device) -> (Triton's CompiledKernel, its run). The kernels are module globals,
+# alive as long as the process, so their id names them; hashing a JITFunction runs Triton's Python __hash__.
+_compiled: dict = {}
 _module = None  # (scatter_kernel, assign_kernel), imported at the first Triton launch
 _hooks = None  # triton.knobs.runtime, where Triton keeps its launch hooks: set by the first CUDA launch
 _several = False  # more than one CUDA device: set by the first CUDA launch
@@ -134,7 +136,7 @@ def _launch(kernel, grid, output, arrays: tuple, ints: tuple, names: tuple, cons
         with INTERPRETER_LOCK:
             kernel[grid](*arrays, *ints, **dict(zip(names, constexprs)), num_warps=warps)
         return
-    entry = _compiled.get((kernel, constexprs, dtypes, device))
+    entry = _compiled.get((id(kernel), constexprs, dtypes, device))
     if entry is None or (_several and device != _current_device()):
         _launch_first(kernel, grid, device, arrays, ints, names, constexprs, dtypes, warps)
         return
@@ -160,7 +162,7 @@ def _launch_first(kernel, grid, device, arrays, ints, names, constexprs, dtypes,
         _hooks, _several = triton.knobs.runtime, torch.cuda.device_count() > 1
     with torch.cuda.device(device):  # Triton launches on the current device
         compiled = kernel[grid](*arrays, *ints, **dict(zip(names, constexprs)), num_warps=warps)
-    _compiled.setdefault((kernel, constexprs, dtypes, device), (compiled, compiled.run))
+    _compiled.setdefault((id(kernel), constexprs, dtypes, device), (compiled, compiled.run))
 
 
 _current_device = torch._C._cuda_getDevice if hasattr(torch._C, "_cuda_getDevice") else torch.cuda.current_device
