@@ -12,6 +12,8 @@ concrete array's values as numpy (a sync for device arrays).
 
 from __future__ import annotations
 
+import os
+
 from kv_canary_arrays.describe import dtype_name, negative_strides
 from kv_canary_arrays.frameworks import is_jax, is_numpy, is_torch
 from shared_spec import errors
@@ -27,10 +29,8 @@ def to_jax(x, *, copy_ok: bool = False):
         import torch
 
         nbytes, free = x.numel() * x.element_size(), _free_bytes(x)
-        if nbytes > free:  # an expanded view of more elements than memory holds: asked first, since a system that
-            # overcommits memory grants the allocation and kills the process as the copy fills it
-            error = f"{nbytes} bytes, where {free} are free"
-            raise _refused(x, "JAX", errors.BRIDGE_COPY_FAILED.format(error=error))
+        if nbytes > free:  # asked first: a system that overcommits memory grants it, then kills the process
+            raise _refused(x, "JAX", errors.BRIDGE_COPY_FAILED.format(error=f"{nbytes} bytes, where {free} are free"))
         try:
             copy = x.clone(memory_format=torch.contiguous_format)
         except (RuntimeError, MemoryError) as error:
@@ -83,16 +83,11 @@ def _refused(x, target: str, reason: str) -> errors.KvCanaryValueError:
 
 def _free_bytes(tensor) -> int:
     """The memory free where ``tensor`` lives: its CUDA device's, else the host's available physical memory."""
-    import os
-
     import torch
 
     if tensor.is_cuda:
         return torch.cuda.mem_get_info(tensor.device)[0]
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # a system that does not say: the allocation answers
-        return 2**63
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def _size(x) -> int:

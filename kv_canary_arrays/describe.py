@@ -53,14 +53,6 @@ def jax_single_device(x):
     return next(iter(devices)) if len(devices) == 1 else None
 
 
-def jax_memory_kind_away(x) -> bool:
-    """Whether a concrete ``jax.Array`` lies in another memory of its devices than their default (pinned host
-    memory, say), where JAX's computations do not read it."""
-    kind = getattr(x.sharding, "memory_kind", None)
-    device = next(iter(x.devices()))
-    return kind is not None and kind != device.default_memory().kind
-
-
 def describe(x, frontend: str, written: bool = False) -> ArrayView | NotAnArray:
     """What the spec's checks need to know of one argument (module docstring)."""
     in_place = written and frontend == TORCH
@@ -70,7 +62,8 @@ def describe(x, frontend: str, written: bool = False) -> ArrayView | NotAnArray:
         problem = errors.WRITE_IMMUTABLE.format(type_name="jax.Array") if in_place else None
         if not is_tracer(x) and x.is_deleted():
             return ArrayView(tuple(x.shape), dtype_name(x), None, problem, storage_problem=checks.DELETED)
-        away = frontend == checks.JAX and not is_tracer(x) and jax_memory_kind_away(x)
+        kind = None if frontend != checks.JAX or is_tracer(x) else getattr(x.sharding, "memory_kind", None)
+        away = kind is not None and kind != next(iter(x.devices())).default_memory().kind  # pinned host memory, say
         storage = checks.HOST_MEMORY if away else None
         device = jax_single_device(x)
         if device is not None:

@@ -182,8 +182,7 @@ def _sharded(flat_in, offsets, rows, pool, start_cols=None, *, layout, choice, i
 
 
 def _whole(x, mesh):
-    """``x`` replicated, as ``shard_map``'s specs take it: resharded where JAX's explicit mode splits it (its
-    automatic mode reshards by itself)."""
+    """``x`` replicated for ``shard_map``: resharded where JAX's explicit mode splits it (the automatic one does)."""
     spec = getattr(getattr(jax.typeof(x), "sharding", None), "spec", None)
     return jax.reshard(x, NamedSharding(mesh, REPLICATED)) if spec and any(s is not None for s in spec) else x
 

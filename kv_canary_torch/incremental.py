@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from kv_canary_torch import backends, launch
-from kv_canary_torch.packing import host_ints, requests, token_ids
+from kv_canary_torch.packing import described, host_ints, requests, token_ids
 from kv_canary_torch.scatter import scatter
 from shared_spec import errors
 from shared_spec.checks import require_bool
@@ -61,20 +61,6 @@ _TOKENS = errors.INCREMENTAL_WHERE.format(arg="new_tokens")
 _active = torch._C._are_functorch_transforms_active
 _raw_stream = launch._raw_stream
 _capturing = torch._C._cuda_isCurrentStreamCapturing
-
-
-def _what(values) -> str:
-    """How a message names a value that is not what it should be: an array's kind, shape and dtype, else its type."""
-    kind = type(values).__name__
-    if isinstance(values, torch.Tensor):
-        return f"{kind} of shape {tuple(values.shape)} and dtype {str(values.dtype)[6:]} on {values.device}"
-    if isinstance(values, (list, tuple, np.ndarray)):
-        try:
-            found = np.asarray(values)
-        except (TypeError, ValueError):  # ragged nesting and the like
-            return kind
-        return f"{kind} of shape {found.shape} and dtype {found.dtype.name}"
-    return kind
 
 
 def _capacity(name: str, value, limit: int) -> int:
@@ -196,7 +182,8 @@ class IncrementalWriter:
             try:
                 count = len(new_tokens)
             except TypeError:
-                raise errors.type_error(errors.INCREMENTAL_NOT_INTS, arg="new_tokens", what=_what(new_tokens)) from None
+                what = described(new_tokens)
+                raise errors.type_error(errors.INCREMENTAL_NOT_INTS, arg="new_tokens", what=what) from None
         if type(lengths) is not bool and isinstance(lengths, (int, np.integer)):
             k = int(lengths)
             if k < 1:
@@ -208,7 +195,7 @@ class IncrementalWriter:
         else:
             counts = host_ints(lengths, errors.INCREMENTAL_WHERE.format(arg="lengths"))
             if counts is None or (counts.size and counts.min() < 0):
-                what = "a negative count" if counts is not None else _what(lengths)
+                what = "a negative count" if counts is not None else described(lengths)
                 raise errors.value_error(errors.INCREMENTAL_FLAT_LENGTHS, what=what)
             bs, cut = counts.shape[0], counts
         if bs > self.max_requests:
@@ -235,13 +222,13 @@ class IncrementalWriter:
             offsets = (np.arange(bs + 1) * cut if type(cut) is int else cut).tolist()
             for index, (a, b) in enumerate(zip(offsets[:-1], offsets[1:])):
                 token_ids(index, new_tokens[a:b], _TOKENS)
-        raise errors.type_error(errors.INCREMENTAL_NOT_INTS, arg="new_tokens", what=_what(new_tokens))
+        raise errors.type_error(errors.INCREMENTAL_NOT_INTS, arg="new_tokens", what=described(new_tokens))
 
     @staticmethod
     def _per_request(values, name: str, bs: int) -> np.ndarray:
         found = host_ints(values, errors.INCREMENTAL_WHERE.format(arg=name))
         if found is None:
-            raise errors.type_error(errors.INCREMENTAL_NOT_INTS, arg=name, what=_what(values))
+            raise errors.type_error(errors.INCREMENTAL_NOT_INTS, arg=name, what=described(values))
         if found.shape[0] != bs:
             raise errors.value_error(errors.INCREMENTAL_LENGTHS, arg=name, length=found.shape[0], bs=bs)
         return found

@@ -83,27 +83,34 @@ def host_ints(values, where: str) -> np.ndarray | None:
     return found.astype(np.int64, copy=False)
 
 
-def _refusal(index: int, ids, where: str) -> Exception:
-    """The error for request ``index``'s ids, which ``token_ids`` did not take."""
-    kind = type(ids).__name__
-    if isinstance(ids, torch.Tensor):
-        return errors.type_error(errors.PACK_NOT_TOKEN_IDS, where=where, index=index,
-                                 what=f"{kind} of shape {tuple(ids.shape)} and dtype {str(ids.dtype)[6:]}")
+def described(values) -> str:
+    """How a message names a value that is not what it should be: an array's or a sequence's kind, shape and dtype,
+    else its type."""
+    kind = type(values).__name__
+    if isinstance(values, torch.Tensor):
+        return f"{kind} of shape {tuple(values.shape)} and dtype {str(values.dtype)[6:]}"
     try:
-        values = np.asarray(ids)
+        found = np.asarray(values)
     except (TypeError, ValueError):  # ragged nesting and the like
+        return kind
+    return kind if found.ndim == 0 else f"{kind} of shape {found.shape} and dtype {found.dtype.name}"
+
+
+def _refusal(index: int, ids, where: str) -> Exception:
+    """The error for request ``index``'s ids, which ``token_ids`` did not take: an int out of int64's range by its
+    position, anything else by ``described``."""
+    try:
+        values = None if isinstance(ids, torch.Tensor) else np.asarray(ids)
+    except (TypeError, ValueError):
         values = None
-    if values is None or values.ndim == 0:  # no sequence at all: its type says what it is
-        return errors.type_error(errors.PACK_NOT_TOKEN_IDS, where=where, index=index, what=kind)
-    if values.ndim == 1:
+    if values is not None and values.ndim == 1:
         items = values.tolist() if values.dtype == np.uint64 else list(ids) if values.dtype.kind in "fO" else []
         if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items):
             for position, value in enumerate(items):
                 if not INT64.min <= value <= INT64.max:
                     return errors.value_error(errors.PACK_OUT_OF_RANGE, where=where, index=index, position=position,
                                               value=int(value), low=INT64.min, high=INT64.max)
-    return errors.type_error(errors.PACK_NOT_TOKEN_IDS, where=where, index=index,
-                             what=f"{kind} of shape {values.shape} and dtype {values.dtype.name}")
+    return errors.type_error(errors.PACK_NOT_TOKEN_IDS, where=where, index=index, what=described(ids))
 
 
 def pack_token_ids(token_lists, *, pin_memory: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

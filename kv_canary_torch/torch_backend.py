@@ -37,9 +37,8 @@ _level = torch._C._functorch.maybe_get_level
 
 
 def vmap_refusal(segments, values, output, names=SCATTER_NAMES) -> str | None:
-    """Why ``vmap`` keeps this path from the call (module docstring), None where nothing does. ``segments``: the
-    tensors that cut the cells (None: not given); ``values``: the one written; ``names``: how the reason names
-    ``segments``, ``values`` and ``output``."""
+    """Why ``vmap`` keeps this path from the call (module docstring), or None; ``names``: how the reason names the
+    ``segments`` (the tensors that cut the cells; None: not given), the ``values`` written and the ``output``."""
     if not torch._C._are_functorch_transforms_active():
         return None
     fields = dict(zip(("segments", "values", "output"), names))
