@@ -57,7 +57,8 @@ SLOTS = 8
 FENCE_EVERY = 4  # half a lap: the host runs up to half a lap ahead of its stream unblocked
 VIEWS_KEPT = 8  # (bs, count) shapes whose views each slot keeps (a decode loop repeats one)
 
-_TOKENS = errors.INCREMENTAL_WHERE.format(arg="new_tokens")
+_WHERE = {arg: errors.INCREMENTAL_WHERE.format(arg=arg) for arg in ("new_tokens", "lengths", "rows", "start_cols")}
+_TOKENS = _WHERE["new_tokens"]
 _active = torch._C._are_functorch_transforms_active
 _raw_stream = launch._raw_stream
 _capturing = torch._C._cuda_isCurrentStreamCapturing
@@ -193,7 +194,7 @@ class IncrementalWriter:
                                          expected=f"not a multiple of {k}")
             bs, cut = count // k, k if count else 1  # no requests: offsets [0], whatever k is
         else:
-            counts = host_ints(lengths, errors.INCREMENTAL_WHERE.format(arg="lengths"))
+            counts = host_ints(lengths, _WHERE["lengths"])
             if counts is None or (counts.size and counts.min() < 0):
                 what = "a negative count" if counts is not None else described(lengths)
                 raise errors.value_error(errors.INCREMENTAL_FLAT_LENGTHS, what=what)
@@ -226,7 +227,7 @@ class IncrementalWriter:
 
     @staticmethod
     def _per_request(values, name: str, bs: int) -> np.ndarray:
-        found = host_ints(values, errors.INCREMENTAL_WHERE.format(arg=name))
+        found = host_ints(values, _WHERE[name])
         if found is None:
             raise errors.type_error(errors.INCREMENTAL_NOT_INTS, arg=name, what=described(values))
         if found.shape[0] != bs:
