@@ -66,10 +66,8 @@ def describe(x, frontend: str, written: bool = False) -> ArrayView | NotAnArray:
         away = kind is not None and kind != next(iter(x.devices())).default_memory().kind  # pinned host memory, say
         storage = checks.HOST_MEMORY if away else None
         device = jax_single_device(x)
-        if device is not None:
-            name = jax_device_name(device)
-        else:  # JAX puts the others on every device of it; torch reads it gathered, as host data
-            name = checks.SEVERAL_DEVICES if frontend == checks.JAX and not is_tracer(x) else None
+        several = checks.SEVERAL_DEVICES if frontend == checks.JAX and not is_tracer(x) else None  # torch: gathered
+        name = several if device is None else jax_device_name(device)
         return ArrayView(tuple(x.shape), dtype_name(x), name, problem, storage_problem=storage)
     if is_numpy(x):
         import numpy as np

@@ -1,8 +1,7 @@
 """The incremental serving step: each request's new tokens written at its current length, one copy and one launch.
 
 ``IncrementalWriter(pool_out, max_requests, max_new_tokens, *, backend="auto", graphs=True)`` reserves once a ring
-of slots, each
-holding one step's launch inputs (offsets, rows, first columns, tokens; ``8 * (3 * max_requests + 1 +
+of slots, each holding one step's launch inputs (offsets, rows, first columns, tokens; ``8 * (3 * max_requests + 1 +
 max_new_tokens)`` bytes): for a CUDA pool ``SLOTS`` of them in one pinned host buffer and one device buffer; for a
 CPU pool one slot, launched from where it is packed; for another device one slot and a synchronous copy.
 ``pool_out`` must be a 2-D int32 tensor (``INCREMENTAL_POOL``); the capacities ints from 0 to ``MAX_REQUESTS``
@@ -27,12 +26,9 @@ outside ``torch.func`` transforms and stream captures; any other step runs as ab
 spec's error (``INCREMENTAL_*``, ``PACK_*``, then the launcher's) and writes nothing; the next step runs as if it
 had not been called.
 
-Reuse hazard: step ``k``'s copy reads its host slot, and its launch its device slot, whenever the stream gets to
-them. One CUDA event is recorded on the current stream every ``FENCE_EVERY`` steps, covering the slots used since;
-a step about to pack a slot still in use first waits on the host for the event covering it (``synchronize``): a
-host up to ``SLOTS - FENCE_EVERY`` steps ahead of its stream never waits. Steps run on the current stream; a
-caller that moves them between streams orders those streams (``wait_stream``), as writes to one pool need anyway,
-so that an event covers every step queued before it. A writer is not to be shared between threads.
+The reuse hazard (docs/serving.md): a slot is packed again only once the CUDA event recorded after its last use
+(one every ``FENCE_EVERY`` steps, on the current stream) has passed, so a host up to ``SLOTS - FENCE_EVERY`` steps
+ahead of its stream never waits. A writer is not to be shared between threads.
 """
 
 from __future__ import annotations

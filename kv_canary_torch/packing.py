@@ -84,8 +84,7 @@ def host_ints(values, where: str) -> np.ndarray | None:
 
 
 def described(values) -> str:
-    """How a message names a value that is not what it should be: an array's or a sequence's kind, shape and dtype,
-    else its type."""
+    """How a message names a value it refuses: an array's or a sequence's kind, shape and dtype, else its type."""
     kind = type(values).__name__
     if isinstance(values, torch.Tensor):
         return f"{kind} of shape {tuple(values.shape)} and dtype {str(values.dtype)[6:]}"

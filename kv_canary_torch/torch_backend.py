@@ -32,8 +32,7 @@ MIN_CHUNK_CELLS = 1 << 18  # about 14 MB of temporaries: the per-chunk cost is n
 
 
 SCATTER_NAMES = ("offsets, req_pool_indices or start_cols", "flat_in", "pool_out")
-_batched = torch._C._functorch.is_batchedtensor
-_level = torch._C._functorch.maybe_get_level
+_batched, _level = torch._C._functorch.is_batchedtensor, torch._C._functorch.maybe_get_level
 
 
 def vmap_refusal(segments, values, output, names=SCATTER_NAMES) -> str | None:

@@ -218,9 +218,7 @@ INCREMENTAL_FLAT_COUNT = (
     "requests ({expected})"
 )
 INCREMENTAL_CAPACITY = "kv-canary: IncrementalWriter {arg} must be an int from 0 to {limit}, got {value!r}"
-INCREMENTAL_POOL = (
-    "kv-canary: IncrementalWriter pool_out must be a 2-D int32 torch.Tensor on a device with memory, got {what}"
-)
+INCREMENTAL_POOL = "kv-canary: IncrementalWriter pool_out must be a 2-D int32 torch.Tensor not on meta, got {what}"
 INCREMENTAL_NOT_A_BOOL = "kv-canary: IncrementalWriter" + BOOL_OPTION
 PACK_NOT_A_BOOL = "kv-canary: pack_token_ids" + BOOL_OPTION
 PACK_PIN_NEEDS_CUDA = "kv-canary: pack_token_ids pin_memory=True needs CUDA, which this machine lacks; pass False"
