@@ -66,6 +66,8 @@ def host_ints(values, where: str) -> np.ndarray | None:
         except (TypeError, OverflowError):
             return None
     if isinstance(values, torch.Tensor):
+        if values.is_nested or values.layout != torch.strided:
+            return None
         if values.is_meta or not torch_backed(values):
             raise errors.value_error(errors.HOST_NO_MEMORY, where=where)
         try:
@@ -87,6 +89,8 @@ def described(values) -> str:
     """How a message names a value it refuses: an array's or a sequence's kind, shape and dtype, else its type."""
     kind = type(values).__name__
     if isinstance(values, torch.Tensor):
+        if values.is_nested or values.layout != torch.strided:
+            return f"{kind} of layout {'nested' if values.is_nested else str(values.layout)[6:]}"
         return f"{kind} of shape {tuple(values.shape)} and dtype {str(values.dtype)[6:]}"
     try:
         found = np.asarray(values)

@@ -140,6 +140,8 @@ BAD_STEPS = {
                      errors.HOST_NO_MEMORY.format(where=errors.INCREMENTAL_WHERE.format(arg="new_tokens") + "[1]")),
     "flat tokens freed": (dict(new_tokens=freed([2, 3]), lengths=1), errors.KvCanaryValueError,
                           errors.HOST_NO_MEMORY.format(where=errors.INCREMENTAL_WHERE.format(arg="new_tokens"))),
+    "rows sparse": (dict(rows=torch.arange(2).to_sparse()), errors.KvCanaryTypeError,
+                    errors.INCREMENTAL_NOT_INTS.format(arg="rows", what="Tensor of layout sparse_coo")),
     "lengths on meta": (dict(new_tokens=[2, 3], lengths=torch.ones(2, dtype=torch.int64, device="meta")),
                         errors.KvCanaryValueError,
                         errors.HOST_NO_MEMORY.format(where=errors.INCREMENTAL_WHERE.format(arg="lengths"))),

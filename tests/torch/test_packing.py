@@ -57,6 +57,8 @@ REFUSED = {
     "bool array": ([np.array([True])], *not_ids(0, "ndarray of shape (1,) and dtype bool")),
     "float tensor": ([torch.ones(2)], *not_ids(0, "Tensor of shape (2,) and dtype float32")),
     "2-D tensor": ([torch.ones(2, 2, dtype=torch.int64)], *not_ids(0, "Tensor of shape (2, 2) and dtype int64")),
+    "sparse tensor": ([torch.arange(3).to_sparse()], *not_ids(0, "Tensor of layout sparse_coo")),
+    "nested tensor": ([torch.nested.nested_tensor([torch.arange(3)])], *not_ids(0, "Tensor of layout nested")),
     "past int64": ([[1, 2**63]], errors.KvCanaryValueError, errors.PACK_OUT_OF_RANGE.format(
         where=WHERE, index=0, position=1, value=2**63, low=-(2**63), high=2**63 - 1)),
     "below int64": ([[], (-(2**63) - 1,)], errors.KvCanaryValueError, errors.PACK_OUT_OF_RANGE.format(
