@@ -28,9 +28,9 @@ def to_jax(x, *, copy_ok: bool = False):
             raise
         import torch
 
-        nbytes, free = x.numel() * x.element_size(), _free_bytes(x)
-        if nbytes > free:  # asked first: a system that overcommits memory grants it, then kills the process
-            raise _refused(x, "JAX", errors.BRIDGE_COPY_FAILED.format(error=f"{nbytes} bytes, where {free} are free"))
+        nbytes, total = x.numel() * x.element_size(), _memory_bytes(x)
+        if nbytes > total:  # asked first: a system that overcommits memory grants it, then kills the process
+            raise _refused(x, "JAX", errors.BRIDGE_COPY_FAILED.format(error=f"{nbytes} bytes, of {total} in all"))
         try:
             copy = x.clone(memory_format=torch.contiguous_format)
         except (RuntimeError, MemoryError) as error:
@@ -81,13 +81,13 @@ def _refused(x, target: str, reason: str) -> errors.KvCanaryValueError:
                               dtype=dtype_name(x), target=target, reason=reason)
 
 
-def _free_bytes(tensor) -> int:
-    """The memory free where ``tensor`` lives: its CUDA device's, else the host's available physical memory."""
+def _memory_bytes(tensor) -> int:
+    """All the memory where ``tensor`` lives: its CUDA device's, else the host's physical memory."""
     import torch
 
     if tensor.is_cuda:
-        return torch.cuda.mem_get_info(tensor.device)[0]
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return torch.cuda.mem_get_info(tensor.device)[1]
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def _size(x) -> int:

@@ -6,8 +6,7 @@ dtype name, device, why it cannot be written in place, layout, storage problem),
 crosses zero-copy, so it must be where the pool is) and on no device for JAX (host data goes where the computation
 runs); and whether ``written`` matters: only torch writes in place. Devices are ``cpu``, ``cuda:0``, ``tpu:0``, ...
 for torch tensors and JAX arrays alike; a tracer has none, nor has an array over several devices for torch (which
-reads it gathered); for JAX such an array is on ``checks.SEVERAL_DEVICES``, and one in another memory of its device
-than the default has the storage problem ``checks.HOST_MEMORY``. Nothing here copies data.
+reads it gathered); for JAX such an array is on ``checks.SEVERAL_DEVICES``. Nothing here copies data.
 """
 
 from __future__ import annotations
@@ -62,13 +61,10 @@ def describe(x, frontend: str, written: bool = False) -> ArrayView | NotAnArray:
         problem = errors.WRITE_IMMUTABLE.format(type_name="jax.Array") if in_place else None
         if not is_tracer(x) and x.is_deleted():
             return ArrayView(tuple(x.shape), dtype_name(x), None, problem, storage_problem=checks.DELETED)
-        kind = None if frontend != checks.JAX or is_tracer(x) else getattr(x.sharding, "memory_kind", None)
-        away = kind is not None and kind != next(iter(x.devices())).default_memory().kind  # pinned host memory, say
-        storage = checks.HOST_MEMORY if away else None
         device = jax_single_device(x)
         several = checks.SEVERAL_DEVICES if frontend == checks.JAX and not is_tracer(x) else None  # torch: gathered
         name = several if device is None else jax_device_name(device)
-        return ArrayView(tuple(x.shape), dtype_name(x), name, problem, storage_problem=storage)
+        return ArrayView(tuple(x.shape), dtype_name(x), name, problem)
     if is_numpy(x):
         import numpy as np
 

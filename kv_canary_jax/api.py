@@ -45,7 +45,7 @@ def scatter_req_token_ids(flat_in, offsets, req_pool_indices, pool_out, *, start
         given["start_cols"] = start_cols
     checked = arguments.checked(SCATTER, given)
     if (spec := sharded.explicit_split(pool_out)) is not None:
-        raise errors.value_error(errors.SHARDED_EXPLICIT_SPLIT, spec=spec)
+        raise errors.value_error(errors.SHARDED_EXPLICIT_SPLIT, arg="pool_out", spec=spec)
     checked, platform = arguments.placed(checked, "pool_out")
     interpret = require_bool("interpret", interpret)
     choice = implementations.choice(implementation, platform, interpret)
@@ -72,7 +72,7 @@ def assign_req_to_token_pool(req_pool_indices, req_to_token, start_offset, end_o
         if sharded.row_layout(checked["req_to_token"]) is not None:
             return sharded.assign(checked, bs, implementation, interpret)
         if (spec := sharded.explicit_split(checked["req_to_token"])) is not None:
-            raise errors.value_error(errors.SHARDED_EXPLICIT_SPLIT, spec=spec)
+            raise errors.value_error(errors.SHARDED_EXPLICIT_SPLIT, arg="req_to_token", spec=spec)
         checked, platform = arguments.placed(checked, "req_to_token")
         choice = implementations.choice(implementation, platform, interpret)
     except (errors.KvCanaryTypeError, errors.KvCanaryValueError) as error:

@@ -11,7 +11,8 @@
 
 Torch tensors then become JAX arrays on their own device (zero-copy where DLPack shares them).
 ``placed(arguments, output)`` puts host data where the output is, else where the first placed argument is (every
-argument whole on each device of an output over several devices, which the device check lets through: ``onto``);
+argument whole on each device of an output over several devices, which the device check lets through: ``onto``),
+and arrays in another memory of their device than the default (``pinned_host``) into it;
 it returns the arrays and the platform that computes (None under tracing: the platform is picked when lowering).
 """
 
@@ -68,6 +69,7 @@ def placed(arguments: dict, output: str) -> tuple[dict, str | None]:
     """``(arrays, platform)``: every argument a JAX array, host data on the first placed one's device."""
     if any(is_tracer(x) for x in arguments.values()):
         return {name: jax_input(x) for name, x in arguments.items()}, None
+    arguments = {name: _default_memory(x) if isinstance(x, jax.Array) else x for name, x in arguments.items()}
     first = next((x for name in (output, *arguments) if isinstance(x := arguments[name], jax.Array)), None)
     device = None if first is None else jax_single_device(first)
     platform = default_platform() if first is None else jax_platform(next(iter(first.devices())))
@@ -77,6 +79,13 @@ def placed(arguments: dict, output: str) -> tuple[dict, str | None]:
         everywhere = NamedSharding(mesh, PartitionSpec())
         return {name: x if x is first else onto(x, everywhere) for name, x in arguments.items()}, platform
     return {name: jax_input(x, device) for name, x in arguments.items()}, platform
+
+
+def _default_memory(x):
+    """``x`` in its devices' default memory: an array in another (``pinned_host``, say) moved there, as host data is
+    put where the computation reads."""
+    kind, default = getattr(x.sharding, "memory_kind", None), next(iter(x.devices())).default_memory().kind
+    return x if kind is None or kind == default else jax.device_put(x, x.sharding.with_memory_kind(default))
 
 
 def onto(x, sharding):

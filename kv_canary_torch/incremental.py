@@ -160,7 +160,7 @@ class IncrementalWriter:
             except (TypeError, OverflowError):
                 pass  # an entry that is not ids: the per-request conversion names it
         if tokens is None:
-            arrays = [token_ids(i, ids, _TOKENS) for i, ids in enumerate(new_tokens)]
+            arrays = [token_ids(i, ids, _TOKENS, self.max_new_tokens) for i, ids in enumerate(new_tokens)]
             lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=bs)
             tokens = np.concatenate(arrays) if arrays else lengths
         offsets = np.zeros(bs + 1, dtype=np.int64)
@@ -172,7 +172,7 @@ class IncrementalWriter:
 
     def _flat(self, new_tokens, lengths) -> tuple:
         """``(bs, count, tokens, k or offsets)`` of the flat form, or the spec's error."""
-        tokens = host_ints(new_tokens, _TOKENS)
+        tokens = host_ints(new_tokens, _TOKENS, self.max_new_tokens)
         if tokens is not None:
             count = tokens.shape[0]
         else:
@@ -190,7 +190,7 @@ class IncrementalWriter:
                                          expected=f"not a multiple of {k}")
             bs, cut = count // k, k if count else 1  # no requests: offsets [0], whatever k is
         else:
-            counts = host_ints(lengths, _WHERE["lengths"])
+            counts = host_ints(lengths, _WHERE["lengths"], self.max_requests)
             if counts is None or (counts.size and counts.min() < 0):
                 what = "a negative count" if counts is not None else described(lengths)
                 raise errors.value_error(errors.INCREMENTAL_FLAT_LENGTHS, what=what)
@@ -221,9 +221,8 @@ class IncrementalWriter:
                 token_ids(index, new_tokens[a:b], _TOKENS)
         raise errors.type_error(errors.INCREMENTAL_NOT_INTS, arg="new_tokens", what=described(new_tokens))
 
-    @staticmethod
-    def _per_request(values, name: str, bs: int) -> np.ndarray:
-        found = host_ints(values, _WHERE[name])
+    def _per_request(self, values, name: str, bs: int) -> np.ndarray:
+        found = host_ints(values, _WHERE[name], self.max_requests)
         if found is None:
             raise errors.type_error(errors.INCREMENTAL_NOT_INTS, arg=name, what=described(values))
         if found.shape[0] != bs:

@@ -45,18 +45,20 @@ def requests(token_lists, where: str = errors.PACK_WHERE):
     raise errors.type_error(errors.PACK_NOT_REQUESTS, where=where, what=what)
 
 
-def token_ids(index: int, ids, where: str = errors.PACK_WHERE) -> np.ndarray:
-    """Request ``index``'s ids as a 1-D int64 numpy array (module docstring), or the spec's error naming ``where``."""
-    found = host_ints(ids, f"{where}[{index}]")
+def token_ids(index: int, ids, where: str = errors.PACK_WHERE, limit: int | None = None) -> np.ndarray:
+    """Request ``index``'s ids as a 1-D int64 numpy array (module docstring; ``limit`` as ``host_ints``'), or the
+    spec's error naming ``where``."""
+    found = host_ints(ids, f"{where}[{index}]", limit)
     if found is None:
         raise _refusal(index, ids, where)
     return found
 
 
-def host_ints(values, where: str) -> np.ndarray | None:
+def host_ints(values, where: str, limit: int | None = None) -> np.ndarray | None:
     """``values`` as a 1-D int64 numpy array: a list or tuple of ints in one call, or anything numpy makes a 1-D
-    integer array of whose entries int64 holds (a tensor's values read on the host); None for anything else. A
-    tensor whose memory does not hold its elements raises ``HOST_NO_MEMORY`` naming ``where``."""
+    integer array of whose entries int64 holds (a tensor's values read on the host); None for anything else, and for
+    a sequence of more than ``limit`` entries not yet in memory (a ``range``). A tensor whose memory does not hold its
+    elements raises ``HOST_NO_MEMORY`` naming ``where``."""
     kind = type(values)
     if kind is np.ndarray and values.dtype == np.int64 and values.ndim == 1:
         return values
@@ -74,6 +76,8 @@ def host_ints(values, where: str) -> np.ndarray | None:
             values = values.detach().resolve_neg().cpu().numpy()
         except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16): no integers either
             return None
+    elif limit is not None and not isinstance(values, np.ndarray) and not _at_most(values, limit):
+        return None
     try:
         found = np.asarray(values)
     except (TypeError, ValueError):
@@ -85,6 +89,13 @@ def host_ints(values, where: str) -> np.ndarray | None:
     return found.astype(np.int64, copy=False)
 
 
+def _at_most(values, limit: int) -> bool:
+    try:
+        return len(values) <= limit
+    except (TypeError, OverflowError):  # no length (numpy makes a 0-d array of it), or one past sys.maxsize
+        return not hasattr(values, "__len__")
+
+
 def described(values) -> str:
     """How a message names a value it refuses: an array's or a sequence's kind, shape and dtype, else its type."""
     kind = type(values).__name__
@@ -92,6 +103,8 @@ def described(values) -> str:
         if values.is_nested or values.layout != torch.strided:
             return f"{kind} of layout {'nested' if values.is_nested else str(values.layout)[6:]}"
         return f"{kind} of shape {tuple(values.shape)} and dtype {str(values.dtype)[6:]}"
+    if not isinstance(values, (list, tuple, np.ndarray)):  # nothing else is read whole to be named
+        return kind
     try:
         found = np.asarray(values)
     except (TypeError, ValueError):  # ragged nesting and the like
@@ -103,7 +116,7 @@ def _refusal(index: int, ids, where: str) -> Exception:
     """The error for request ``index``'s ids, which ``token_ids`` did not take: an int out of int64's range by its
     position, anything else by ``described``."""
     try:
-        values = None if isinstance(ids, torch.Tensor) else np.asarray(ids)
+        values = np.asarray(ids) if isinstance(ids, (list, tuple, np.ndarray)) else None
     except (TypeError, ValueError):
         values = None
     if values is not None and values.ndim == 1:

@@ -32,7 +32,7 @@ MIN_CHUNK_CELLS = 1 << 18  # about 14 MB of temporaries: the per-chunk cost is n
 
 
 SCATTER_NAMES = ("offsets, req_pool_indices or start_cols", "flat_in", "pool_out")
-_batched, _level = torch._C._functorch.is_batchedtensor, torch._C._functorch.maybe_get_level
+_functorch = torch._C._functorch
 
 
 def vmap_refusal(segments, values, output, names=SCATTER_NAMES) -> str | None:
@@ -41,11 +41,21 @@ def vmap_refusal(segments, values, output, names=SCATTER_NAMES) -> str | None:
     if not torch._C._are_functorch_transforms_active():
         return None
     fields = dict(zip(("segments", "values", "output"), names))
-    if any(t is not None and _batched(t) for t in segments):
+    if any(t is not None and _batch_levels(t) for t in segments):
         return errors.TORCH_VMAP_BATCHED_SEGMENTS.format(**fields)
-    if _batched(values) and _level(values) > _level(output):
+    if _batch_levels(values) - _batch_levels(output):
         return errors.TORCH_VMAP_UNBATCHED_OUTPUT.format(**fields)
     return None
+
+
+def _batch_levels(tensor) -> set:
+    """The ``vmap`` levels that batch ``tensor``, through every ``torch.func`` wrapper around it."""
+    levels = set()
+    while _functorch.is_functorch_wrapped_tensor(tensor):
+        if _functorch.is_batchedtensor(tensor):
+            levels.add(_functorch.maybe_get_level(tensor))
+        tensor = _functorch.get_unwrapped(tensor)
+    return levels
 
 
 def scatter(flat_in, offsets, req_pool_indices, pool_out, start_cols=None) -> None:

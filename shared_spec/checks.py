@@ -73,14 +73,12 @@ SEVERAL_DEVICES = "several devices"  # ArrayView.device of a JAX array over more
 NO_DATA_DEVICES = ("meta",)
 # ArrayView.storage_problem: why an array's memory does not hold its values as they read.
 MASKED, DELETED, NEGATIVE_BIT, CONJUGATE_BIT, NO_MEMORY = "masked", "deleted", "negative_bit", "conjugate_bit", "no_memory"
-HOST_MEMORY = "host_memory"  # a JAX array in another memory of its device than the default
 STORAGE_MESSAGES: dict[str, tuple[Callable[..., Exception], str]] = {
     MASKED: (errors.type_error, errors.MASKED_ARRAY),
     DELETED: (errors.value_error, errors.DELETED_ARRAY),
     NEGATIVE_BIT: (errors.value_error, errors.NEGATIVE_BIT),
     CONJUGATE_BIT: (errors.value_error, errors.CONJUGATE_BIT),
     NO_MEMORY: (errors.value_error, errors.NO_MEMORY),
-    HOST_MEMORY: (errors.value_error, errors.HOST_MEMORY_KIND),
 }
 
 

@@ -60,10 +60,6 @@ NO_MEMORY = (
     PREFIX + " {arg} has elements that no memory holds (a freed or shrunk storage, a null data pointer, "
     "a zero tensor); pass a tensor whose storage holds every element it reads"
 )
-HOST_MEMORY_KIND = (
-    PREFIX + " {arg} is in another memory of its device than the default (a host memory kind), which the computation "
-    "does not read; jax.device_put it to the device's default memory"
-)
 WRONG_RANK = PREFIX + " {arg} must be {rank}-D, got shape {shape}"
 # {dtype}: what the frontend accepts for that argument (checks.accepted_dtypes): "int64", "int32 or int64", "int32".
 WRONG_DTYPE = PREFIX + " {arg} must be {dtype}, got {got}"
@@ -185,7 +181,7 @@ SHARDED_LAYOUT_TRACED = "a pool traced under jax.jit carries its sharding only i
 SHARDED_LAYOUT_HOST = "it is a {type_name}, on no device"
 SHARDED_LAYOUT_SHARDING = "its sharding {sharding} does not split the rows alone over a mesh axis"
 SHARDED_EXPLICIT_SPLIT = (
-    PREFIX + " pool_out is sharded as {spec} in JAX's explicit sharding mode, which this operation takes split by rows "
+    PREFIX + " {arg} is sharded as {spec} in JAX's explicit sharding mode, which this operation takes split by rows "
     "alone or whole on each device; jax.reshard it to one of those"
 )
 SHARDED_UNEVEN = (

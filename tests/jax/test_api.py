@@ -260,13 +260,13 @@ def test_interpret_must_be_a_bool(interpret):
         option="interpret", type_name=type(interpret).__name__)
 
 
-def test_arrays_in_another_memory_of_their_device_are_refused_by_name():
+def test_arrays_in_another_memory_of_their_device_are_moved_into_its_default():
     flat_in, offsets, rows, pool = batch(bs=2, seed=10)
     device = jax.devices()[0]
     kinds = [m.kind for m in device.addressable_memories() if m.kind != device.default_memory().kind]
     if not kinds:
         pytest.skip("this device has one memory")
-    pinned = jax.device_put(flat_in, jax.sharding.SingleDeviceSharding(device, memory_kind=kinds[0]))
-    with pytest.raises(errors.KvCanaryValueError) as info:
-        scatter_req_token_ids(pinned, offsets, rows, pool)
-    assert str(info.value) == errors.HOST_MEMORY_KIND.format(arg="flat_in")
+    away = [jax.device_put(a, jax.sharding.SingleDeviceSharding(device, memory_kind=kinds[0])) for a in (flat_in, pool)]
+    for implementation in ("xla", "pallas", "mosaic"):
+        out = scatter_req_token_ids(away[0], offsets, rows, away[1], implementation=implementation, interpret=True)
+        assert_same_pool(np.asarray(out), scatter_reference(flat_in, offsets, rows, pool))

@@ -174,4 +174,5 @@ def test_explicit_sharding_mode():
         by_columns = jax.device_put(pool, NamedSharding(explicit, P(None, "rows")))
         with pytest.raises(errors.KvCanaryValueError) as raised:
             scatter_req_token_ids(flat_in, offsets, rows, by_columns)
-        assert str(raised.value) == errors.SHARDED_EXPLICIT_SPLIT.format(spec="PartitionSpec(None, 'rows')")
+        assert str(raised.value) == errors.SHARDED_EXPLICIT_SPLIT.format(arg="pool_out",
+                                                                          spec="PartitionSpec(None, 'rows')")

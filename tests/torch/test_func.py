@@ -74,6 +74,8 @@ def test_tokens_batched_deeper_than_the_pool_are_refused():
     assert str(raised.value) == f"{P} backend 'torch' cannot run here: {reason}"
     with pytest.raises(errors.KvCanaryValueError, match="cannot run here"):  # the pool batched outside, tokens inside
         torch.func.vmap(lambda p: torch.func.vmap(lambda t: scatter_into(p, offsets, rows, flat_in=t))(tokens))(pools)
+    with pytest.raises(errors.KvCanaryValueError, match="cannot run here"):  # and the other way round
+        torch.func.vmap(lambda t: torch.func.vmap(lambda p: scatter_into(p, offsets, rows, flat_in=t))(pools))(tokens)
     assert torch.equal(pool, before)
 
 

@@ -140,6 +140,10 @@ BAD_STEPS = {
                      errors.HOST_NO_MEMORY.format(where=errors.INCREMENTAL_WHERE.format(arg="new_tokens") + "[1]")),
     "flat tokens freed": (dict(new_tokens=freed([2, 3]), lengths=1), errors.KvCanaryValueError,
                           errors.HOST_NO_MEMORY.format(where=errors.INCREMENTAL_WHERE.format(arg="new_tokens"))),
+    "rows a huge range": (dict(rows=range(10**12)), errors.KvCanaryTypeError,  # never made into an array
+                          errors.INCREMENTAL_NOT_INTS.format(arg="rows", what="range")),
+    "lengths a huge range": (dict(new_tokens=[1, 2], lengths=range(2**70)), errors.KvCanaryValueError,
+                             errors.INCREMENTAL_FLAT_LENGTHS.format(what="range")),
     "rows sparse": (dict(rows=torch.arange(2).to_sparse()), errors.KvCanaryTypeError,
                     errors.INCREMENTAL_NOT_INTS.format(arg="rows", what="Tensor of layout sparse_coo")),
     "lengths on meta": (dict(new_tokens=[2, 3], lengths=torch.ones(2, dtype=torch.int64, device="meta")),
@@ -192,6 +196,12 @@ def test_tensors_negated_lazily_are_read_as_their_values():
     writer = IncrementalWriter(pool, max_requests=2, max_new_tokens=4)
     writer.step([torch._neg_view(torch.tensor([-5, -6]))], torch._neg_view(torch.tensor([-2])), [1])
     assert pool[2, 1:3].tolist() == [5, 6]
+
+
+def test_ranges_are_taken_as_their_ints():
+    pool = sentinel(4, 6)
+    IncrementalWriter(pool, max_requests=2, max_new_tokens=4).step([7, 8], range(1, 3), range(2), lengths=1)
+    assert pool[1, 0] == 7 and pool[2, 1] == 8
 
 
 def test_graphs_must_be_a_bool():
