@@ -77,10 +77,7 @@ def describe(x, frontend: str, written: bool = False) -> ArrayView | NotAnArray:
 def _describe_torch(x, in_place: bool) -> ArrayView:
     import torch
 
-    dtype, device = dtype_name(x), str(x.device)
-    layout = str(x.layout).removeprefix("torch.")
-    if layout == checks.STRIDED and x.is_nested:
-        layout = "nested"
+    dtype, device, layout = dtype_name(x), str(x.device), torch_layout(x)
     if layout != checks.STRIDED:
         return ArrayView((), dtype, device, layout=layout)
     problem = None
@@ -91,6 +88,13 @@ def _describe_torch(x, in_place: bool) -> ArrayView:
         elif x.dim() == 2 and not torch_writable(x):
             problem = errors.Message(errors.WRITE_OVERLAP, {"strides": tuple(x.stride())})
     return ArrayView(tuple(x.shape), dtype, device, problem, storage_problem=torch_storage_problem(x))
+
+
+def torch_layout(x) -> str:
+    """A tensor's layout by name: ``checks.STRIDED``, ``sparse_coo``, ``jagged``, ..., ``nested`` for a nested tensor
+    of strided layout."""
+    layout = str(x.layout).removeprefix("torch.")
+    return "nested" if layout == checks.STRIDED and x.is_nested else layout
 
 
 def torch_lazy_bit(x) -> str | None:

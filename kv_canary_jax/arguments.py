@@ -74,8 +74,9 @@ def placed(arguments: dict, output: str) -> tuple[dict, str | None]:
     device = None if first is None else jax_single_device(first)
     platform = default_platform() if first is None else jax_platform(next(iter(first.devices())))
     if first is not None and device is None:  # over several devices: the others whole on each of them
-        devices = np.array(sorted(first.devices(), key=lambda d: d.id))
-        mesh = getattr(first.sharding, "mesh", None) or Mesh(devices, ("devices",))
+        mesh = getattr(first.sharding, "mesh", None)
+        if mesh is None:
+            mesh = Mesh(np.array(sorted(first.devices(), key=lambda d: d.id)), ("devices",))
         everywhere = NamedSharding(mesh, PartitionSpec())
         return {name: x if x is first else onto(x, everywhere) for name, x in arguments.items()}, platform
     return {name: jax_input(x, device) for name, x in arguments.items()}, platform

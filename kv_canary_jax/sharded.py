@@ -57,11 +57,16 @@ class Layout(NamedTuple):
     axis: object  # a name, or a tuple of names
 
 
+def _sharding(x):
+    """A ``jax.Array``'s sharding; a tracer's as its type carries it (JAX's explicit mode), else None."""
+    return getattr(jax.typeof(x), "sharding", None) if is_tracer(x) else x.sharding
+
+
 def row_layout(x, min_devices: int = 2) -> Layout | None:
     """``(mesh, axis)`` where ``x`` is a 2-D ``jax.Array`` split by rows alone over ``min_devices`` or more."""
     if not isinstance(x, jax.Array) or x.ndim != 2:
         return None
-    sharding = getattr(jax.typeof(x), "sharding", None) if is_tracer(x) else x.sharding
+    sharding = _sharding(x)
     if not isinstance(sharding, NamedSharding):
         return None
     rows, cols = (tuple(sharding.spec) + (None, None))[:2]
@@ -78,7 +83,7 @@ def explicit_split(x) -> str | None:
     alone (None: not one): no single-device program writes it (``SHARDED_EXPLICIT_SPLIT``)."""
     if not isinstance(x, jax.Array) or x.ndim != 2 or row_layout(x) is not None:
         return None
-    sharding = getattr(jax.typeof(x), "sharding", None) if is_tracer(x) else x.sharding
+    sharding = _sharding(x)
     if not isinstance(sharding, NamedSharding):
         return None
     kinds = dict(zip(sharding.mesh.axis_names, getattr(sharding.mesh, "axis_types", ())))
@@ -183,7 +188,7 @@ def _sharded(flat_in, offsets, rows, pool, start_cols=None, *, layout, choice, i
 
 def _whole(x, mesh):
     """``x`` replicated for ``shard_map``: resharded where JAX's explicit mode splits it (the automatic one does)."""
-    spec = getattr(getattr(jax.typeof(x), "sharding", None), "spec", None)
+    spec = getattr(_sharding(x), "spec", None)
     return jax.reshard(x, NamedSharding(mesh, REPLICATED)) if spec and any(s is not None for s in spec) else x
 
 

@@ -41,6 +41,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from kv_canary_arrays.describe import dtype_name
 from kv_canary_torch import backends, launch
 from kv_canary_torch.packing import described, host_ints, requests, token_ids
 from kv_canary_torch.scatter import scatter
@@ -90,7 +91,7 @@ class IncrementalWriter:
         if not isinstance(pool_out, torch.Tensor):
             raise errors.type_error(errors.INCREMENTAL_POOL, what=type(pool_out).__name__)
         if pool_out.dim() != 2 or pool_out.dtype != torch.int32 or pool_out.is_meta:
-            what = f"a tensor of shape {tuple(pool_out.shape)} and dtype {str(pool_out.dtype)[6:]} on {pool_out.device}"
+            what = f"a tensor of shape {tuple(pool_out.shape)} and dtype {dtype_name(pool_out)} on {pool_out.device}"
             raise errors.type_error(errors.INCREMENTAL_POOL, what=what)
         self.pool_out, self.backend = pool_out, backend
         self.max_requests = _capacity("max_requests", max_requests, MAX_REQUESTS)

@@ -136,9 +136,10 @@ def _launch(kernel, grid, output, arrays: tuple, ints: tuple, names: tuple, cons
         with INTERPRETER_LOCK:
             kernel[grid](*arrays, *ints, **dict(zip(names, constexprs)), num_warps=warps)
         return
-    entry = _compiled.get((id(kernel), constexprs, dtypes, device))
+    key = (id(kernel), constexprs, dtypes, device)
+    entry = _compiled.get(key)
     if entry is None or (_several and device != _current_device()):
-        _launch_first(kernel, grid, device, arrays, ints, names, constexprs, dtypes, warps)
+        _launch_first(kernel, grid, device, arrays, ints, names, constexprs, key, warps)
         return
     compiled, run = entry
     stream = _raw_stream(device)
@@ -152,9 +153,10 @@ def _launch(kernel, grid, output, arrays: tuple, ints: tuple, names: tuple, cons
         *[a if a is None else a.data_ptr() for a in arrays], *ints, *constexprs)
 
 
-def _launch_first(kernel, grid, device, arrays, ints, names, constexprs, dtypes, warps) -> None:
+def _launch_first(kernel, grid, device, arrays, ints, names, constexprs, key, warps) -> None:
     """A launch through Triton's ``kernel[grid]``, on ``device`` made current: the variant's first, which compiles
-    it (or finds it in Triton's cache) and keeps the ``CompiledKernel``, or one on another device than the current."""
+    it (or finds it in Triton's cache) and keeps the ``CompiledKernel`` under ``key``, or one on another device than
+    the current."""
     global _hooks, _several
     if _hooks is None:
         import triton
@@ -162,7 +164,7 @@ def _launch_first(kernel, grid, device, arrays, ints, names, constexprs, dtypes,
         _hooks, _several = triton.knobs.runtime, torch.cuda.device_count() > 1
     with torch.cuda.device(device):  # Triton launches on the current device
         compiled = kernel[grid](*arrays, *ints, **dict(zip(names, constexprs)), num_warps=warps)
-    _compiled.setdefault((id(kernel), constexprs, dtypes, device), (compiled, compiled.run))
+    _compiled.setdefault(key, (compiled, compiled.run))
 
 
 _current_device = torch._C._cuda_getDevice if hasattr(torch._C, "_cuda_getDevice") else torch.cuda.current_device

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from kv_canary_arrays.describe import torch_backed
+from kv_canary_arrays.describe import dtype_name, torch_backed, torch_layout
 from shared_spec import errors
-from shared_spec.checks import require_bool
+from shared_spec.checks import STRIDED, require_bool
 
 INT64 = np.iinfo(np.int64)
 
@@ -48,17 +48,17 @@ def requests(token_lists, where: str = errors.PACK_WHERE):
 def token_ids(index: int, ids, where: str = errors.PACK_WHERE, limit: int | None = None) -> np.ndarray:
     """Request ``index``'s ids as a 1-D int64 numpy array (module docstring; ``limit`` as ``host_ints``'), or the
     spec's error naming ``where``."""
-    found = host_ints(ids, f"{where}[{index}]", limit)
+    found = host_ints(ids, where, limit, index)
     if found is None:
         raise _refusal(index, ids, where)
     return found
 
 
-def host_ints(values, where: str, limit: int | None = None) -> np.ndarray | None:
+def host_ints(values, where: str, limit: int | None = None, index: int | None = None) -> np.ndarray | None:
     """``values`` as a 1-D int64 numpy array: a list or tuple of ints in one call, or anything numpy makes a 1-D
     integer array of whose entries int64 holds (a tensor's values read on the host); None for anything else, and for
     a sequence of more than ``limit`` entries not yet in memory (a ``range``). A tensor whose memory does not hold its
-    elements raises ``HOST_NO_MEMORY`` naming ``where``."""
+    elements raises ``HOST_NO_MEMORY`` naming ``where`` (``where[index]`` for request ``index``'s)."""
     kind = type(values)
     if kind is np.ndarray and values.dtype == np.int64 and values.ndim == 1:
         return values
@@ -68,10 +68,10 @@ def host_ints(values, where: str, limit: int | None = None) -> np.ndarray | None
         except (TypeError, OverflowError):
             return None
     if isinstance(values, torch.Tensor):
-        if values.is_nested or values.layout != torch.strided:
+        if torch_layout(values) != STRIDED:
             return None
         if values.is_meta or not torch_backed(values):
-            raise errors.value_error(errors.HOST_NO_MEMORY, where=where)
+            raise errors.value_error(errors.HOST_NO_MEMORY, where=where if index is None else f"{where}[{index}]")
         try:
             values = values.detach().resolve_neg().cpu().numpy()
         except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16): no integers either
@@ -100,9 +100,9 @@ def described(values) -> str:
     """How a message names a value it refuses: an array's or a sequence's kind, shape and dtype, else its type."""
     kind = type(values).__name__
     if isinstance(values, torch.Tensor):
-        if values.is_nested or values.layout != torch.strided:
-            return f"{kind} of layout {'nested' if values.is_nested else str(values.layout)[6:]}"
-        return f"{kind} of shape {tuple(values.shape)} and dtype {str(values.dtype)[6:]}"
+        if (layout := torch_layout(values)) != STRIDED:
+            return f"{kind} of layout {layout}"
+        return f"{kind} of shape {tuple(values.shape)} and dtype {dtype_name(values)}"
     if not isinstance(values, (list, tuple, np.ndarray)):  # nothing else is read whole to be named
         return kind
     try:
