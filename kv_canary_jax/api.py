@@ -8,12 +8,13 @@ int64 host data whose values fit int32 is narrowed, else refused); the pool is i
 ``jax_enable_x64``.
 
 Order of events, all before anything runs: the spec's argument checks (at trace time under ``jit``), narrowing,
-``interpret`` must be a bool (``require_bool``), the implementation choice (``implementations``), ``check_values``
-must be a bool, then the value rules: on the host for concrete arrays, or staged as ``checkify`` checks for traced
-ones (``values``; without ``checkify.checkify`` the compile raises ``CHECK_VALUES_UNTRACEABLE``). Every error is the
-spec's exception with the spec's message, and a failed call writes nothing. A pool split by rows over several
-devices goes to ``sharded``; one whole on several devices takes the other arguments whole on each
-(``arguments.placed``); one JAX's explicit sharding mode splits otherwise is refused (``SHARDED_EXPLICIT_SPLIT``).
+the pool's sharding, ``interpret`` must be a bool (``require_bool``), the implementation choice
+(``implementations``), ``check_values`` must be a bool, then the value rules: on the host for concrete arrays, or
+staged as ``checkify`` checks for traced ones (``values``; without ``checkify.checkify`` the compile raises
+``CHECK_VALUES_UNTRACEABLE``). Every error is the spec's exception with the spec's message, and a failed call writes
+nothing. A pool split by rows over several devices goes to ``sharded`` (its layout errors); one whole on several
+devices takes the other arguments whole on each (``arguments.placed``); one JAX's explicit sharding mode splits
+otherwise is refused (``SHARDED_EXPLICIT_SPLIT``).
 """
 
 from __future__ import annotations
@@ -44,8 +45,7 @@ def scatter_req_token_ids(flat_in, offsets, req_pool_indices, pool_out, *, start
     if start_cols is not None:
         given["start_cols"] = start_cols
     checked = arguments.checked(SCATTER, given)
-    if (spec := sharded.explicit_split(pool_out)) is not None:
-        raise errors.value_error(errors.SHARDED_EXPLICIT_SPLIT, arg="pool_out", spec=spec)
+    sharded.refuse_explicit_split(checked["pool_out"], "pool_out")
     checked, platform = arguments.placed(checked, "pool_out")
     interpret = require_bool("interpret", interpret)
     choice = implementations.choice(implementation, platform, interpret)
@@ -68,12 +68,11 @@ def assign_req_to_token_pool(req_pool_indices, req_to_token, start_offset, end_o
     try:
         checked = arguments.checked(ASSIGN, given, batch_size)
         bs = checked["req_pool_indices"].shape[0] if batch_size is None else batch_size_value(batch_size)
-        interpret = require_bool("interpret", interpret)
         if sharded.row_layout(checked["req_to_token"]) is not None:
             return sharded.assign(checked, bs, implementation, interpret)
-        if (spec := sharded.explicit_split(checked["req_to_token"])) is not None:
-            raise errors.value_error(errors.SHARDED_EXPLICIT_SPLIT, arg="req_to_token", spec=spec)
+        sharded.refuse_explicit_split(checked["req_to_token"], "req_to_token")
         checked, platform = arguments.placed(checked, "req_to_token")
+        interpret = require_bool("interpret", interpret)
         choice = implementations.choice(implementation, platform, interpret)
     except (errors.KvCanaryTypeError, errors.KvCanaryValueError) as error:
         raise errors.retitled(error) from None

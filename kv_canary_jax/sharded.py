@@ -78,17 +78,18 @@ def row_layout(x, min_devices: int = 2) -> Layout | None:
     return Layout(sharding.mesh, names[0] if len(names) == 1 else names)
 
 
-def explicit_split(x) -> str | None:
-    """The ``PartitionSpec`` of a 2-D ``jax.Array`` that JAX's explicit sharding mode splits otherwise than by rows
-    alone (None: not one): no single-device program writes it (``SHARDED_EXPLICIT_SPLIT``)."""
+def refuse_explicit_split(x, arg: str) -> None:
+    """Raise ``SHARDED_EXPLICIT_SPLIT`` naming ``arg`` where JAX's explicit sharding mode splits the 2-D
+    ``jax.Array`` ``x`` otherwise than by rows alone: no single-device program writes it."""
     if not isinstance(x, jax.Array) or x.ndim != 2 or row_layout(x) is not None:
-        return None
+        return
     sharding = _sharding(x)
     if not isinstance(sharding, NamedSharding):
-        return None
+        return
     kinds = dict(zip(sharding.mesh.axis_names, getattr(sharding.mesh, "axis_types", ())))
     used = [n for part in sharding.spec if part is not None for n in (part if isinstance(part, tuple) else (part,))]
-    return f"PartitionSpec{tuple(sharding.spec)!r}" if any(kinds.get(n) == EXPLICIT for n in used) else None
+    if any(kinds.get(n) == EXPLICIT for n in used):
+        raise errors.value_error(errors.SHARDED_EXPLICIT_SPLIT, arg=arg, spec=f"PartitionSpec{tuple(sharding.spec)!r}")
 
 
 def _size(mesh, names) -> int:
@@ -139,10 +140,11 @@ def scatter_req_token_ids_sharded(flat_in, offsets, req_pool_indices, pool_out, 
     return _scatter(*arrays, layout=layout, choice=choice, interpret=interpret, staged=staged)
 
 
-def assign(checked: dict, bs: int, implementation, interpret: bool) -> jax.Array:
-    """The assignment on a row-sharded table (``api.assign_req_to_token_pool``'s checked arguments, ``interpret``
-    a bool)."""
+def assign(checked: dict, bs: int, implementation, interpret) -> jax.Array:
+    """The assignment on a row-sharded table (``api.assign_req_to_token_pool``'s checked arguments), its errors in
+    the scatter's order."""
     layout = resolve_layout(checked["req_to_token"])
+    interpret = require_bool("interpret", interpret)
     choice = implementations.choice(implementation, _platform(layout.mesh), interpret)
     arrays = _placed(checked, "req_to_token", layout)
     return _assign(*arrays, bs=bs, layout=layout, choice=choice, interpret=interpret)

@@ -139,6 +139,9 @@ def test_the_assignment_on_a_sharded_table():
     with pytest.raises(errors.KvCanaryValueError) as info:
         assign_req_to_token_pool(rows, jax.device_put(table, ROWS), start, end, loc, implementation="pallas")
     assert str(info.value) == f"{errors.ASSIGN_PREFIX} implementation 'pallas' cannot run here: {errors.PALLAS_NEEDS_GPU}"
+    with pytest.raises(errors.KvCanaryTypeError) as info:
+        assign_req_to_token_pool(rows, jax.device_put(table, ROWS), start, end, loc, 5, interpret="no")
+    assert str(info.value) == errors.for_assignment(errors.NOT_A_BOOL).format(option="interpret", type_name="str")
 
 
 def test_a_pool_whole_on_several_devices_takes_arguments_placed_anywhere():
@@ -172,7 +175,11 @@ def test_explicit_sharding_mode():
                 flat_in, offsets, rows, by_rows)
         assert str(raised.value) == errors.CHECK_VALUES_EXPLICIT_SHARDED
         by_columns = jax.device_put(pool, NamedSharding(explicit, P(None, "rows")))
-        with pytest.raises(errors.KvCanaryValueError) as raised:
-            scatter_req_token_ids(flat_in, offsets, rows, by_columns)
-        assert str(raised.value) == errors.SHARDED_EXPLICIT_SPLIT.format(arg="pool_out",
-                                                                          spec="PartitionSpec(None, 'rows')")
+        refusal = errors.SHARDED_EXPLICIT_SPLIT.format(arg="pool_out", spec="PartitionSpec(None, 'rows')")
+        for interpret in (False, "no"):  # the pool's sharding is refused before the options, on both operations
+            with pytest.raises(errors.KvCanaryValueError) as raised:
+                scatter_req_token_ids(flat_in, offsets, rows, by_columns, interpret=interpret)
+            assert str(raised.value) == refusal
+            with pytest.raises(errors.KvCanaryValueError) as raised:
+                assign_req_to_token_pool(rows, by_columns, offsets[:-1], offsets[1:], flat_in, interpret=interpret)
+            assert str(raised.value) == errors.for_assignment(refusal.replace("pool_out", "req_to_token"))
