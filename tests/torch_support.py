@@ -6,6 +6,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -29,6 +30,20 @@ def sentinel(n_rows: int, width: int, seed: int = 0, device="cpu") -> torch.Tens
     rng = np.random.default_rng(seed)
     values = (-1_000_000 - rng.permutation(n_rows * width)).astype(np.int32).reshape(n_rows, width)
     return torch.from_numpy(values).to(device)
+
+
+def nested(*tensors) -> torch.Tensor:
+    """A nested tensor of ``tensors``, made without torch's prototype warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.nested.nested_tensor(list(tensors))
+
+
+def freed(values: list) -> torch.Tensor:
+    """An int64 tensor of ``values`` whose storage was freed under it."""
+    tensor = torch.tensor(values, dtype=torch.int64)
+    tensor.untyped_storage().resize_(0)
+    return tensor
 
 
 def as_numpy(tensor) -> np.ndarray:

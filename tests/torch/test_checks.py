@@ -3,8 +3,6 @@ and the launchers raise exactly the spec's error, before anything is written."""
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 import torch
@@ -19,7 +17,7 @@ from shared_spec.cases import ASSIGN, ArrayData, load_cases
 from shared_spec.checks import TORCH, first_failure
 from shared_spec.reference import scatter_reference
 from tests.contract import examples
-from tests.torch_support import P, as_numpy, device_for, raises, sentinel
+from tests.torch_support import P, as_numpy, device_for, nested, raises, sentinel
 
 SCATTER_NAMES = [a.name for a in checks.SCATTER.args]
 ASSIGN_NAMES = [a.name for a in checks.ASSIGN.args]
@@ -91,9 +89,7 @@ def hostile_array(draw, rank: int, dtype: torch.dtype, length: int):
     if kind == "sparse" and value.dim():
         value = value.to_sparse()
     elif kind == "nested" and value.dim() == 1:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # nested tensors are a prototype: torch says so
-            value = torch.nested.nested_tensor([value, value])
+        value = nested(value, value)
     elif kind == "negative":
         value = torch._neg_view(value)
     elif kind == "conjugate":

@@ -11,7 +11,7 @@ import torch
 from kv_canary_torch import launch_scatter_req_token_ids_kernel
 from shared_spec import errors
 from shared_spec.reference import scatter_reference
-from tests.torch_support import BACKENDS, P, as_numpy, device_for, sentinel
+from tests.torch_support import BACKENDS, P, as_numpy, device_for, freed, sentinel
 
 FLAT_IN, OFFSETS, ROWS = np.arange(100, 105), np.array([0, 2, 5]), np.array([1, 3])
 
@@ -146,11 +146,9 @@ def test_storage_freed_after_tracing_is_found_when_the_graph_runs():
     compiled = torch.compile(caller, fullgraph=True, backend="aot_eager")
     pool = sentinel(4, 6)
     compiled(*inputs(), pool)
-    flat, offsets, rows = inputs()
-    flat = flat.clone()  # a storage of torch's own, which can be resized
-    flat.untyped_storage().resize_(0)
+    _, offsets, rows = inputs()
     with pytest.raises(errors.KvCanaryValueError) as raised:
-        compiled(flat, offsets, rows, pool)
+        compiled(freed(FLAT_IN.tolist()), offsets, rows, pool)
     assert str(raised.value) == errors.NO_MEMORY.format(arg="flat_in")
 
 

@@ -12,7 +12,7 @@ from kv_canary_torch import IncrementalWriter
 from shared_spec import errors
 from shared_spec.reference import scatter_reference
 from tests.contract import examples
-from tests.torch_support import BACKENDS, as_numpy, device_for, sentinel
+from tests.torch_support import BACKENDS, as_numpy, device_for, freed, sentinel
 
 FORMS = ["nested lists", "nested arrays", "nested tensors", "flat list", "flat array", "flat tensor", "counts"]
 
@@ -31,13 +31,6 @@ def give(form: str, new: list, rng):
     k = len(new[0]) if new else 1  # the flat forms with an int k: every request k tokens
     as_form = {"flat list": list, "flat array": np.array, "flat tensor": torch.tensor}[form]
     return as_form(flat), k
-
-
-def freed(values: list) -> torch.Tensor:
-    """An int64 tensor of ``values`` whose storage was freed under it."""
-    tensor = torch.tensor(values, dtype=torch.int64)
-    tensor.untyped_storage().resize_(0)
-    return tensor
 
 
 def ints(values: list, rng):

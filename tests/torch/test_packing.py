@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 import torch
@@ -13,6 +11,7 @@ from kv_canary_torch import launch_scatter_req_token_ids_kernel, pack_token_ids
 from shared_spec import errors
 from shared_spec.reference import scatter_reference
 from tests.contract import examples
+from tests.torch_support import freed, nested
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 WHERE = errors.PACK_WHERE
@@ -40,12 +39,6 @@ def test_packed_ids_feed_the_launcher():
     launch_scatter_req_token_ids_kernel(flat_in=flat_in, offsets=offsets, req_pool_indices=torch.tensor([2, 0, 1]),
                                         pool_out=pool)
     np.testing.assert_array_equal(pool.numpy(), expected)
-
-
-def nested(*tensors) -> torch.Tensor:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # nested tensors are a prototype: torch says so
-        return torch.nested.nested_tensor(list(tensors))
 
 
 def not_ids(index, what):
@@ -91,9 +84,7 @@ def test_what_is_not_token_ids_is_refused_by_name(name):
 
 
 def test_a_tensor_whose_memory_does_not_hold_it_is_refused_by_name():
-    freed = torch.arange(3)
-    freed.untyped_storage().resize_(0)
-    for entry in (freed, torch.arange(3, device="meta")):
+    for entry in (freed([0, 1, 2]), torch.arange(3, device="meta")):
         with pytest.raises(errors.KvCanaryValueError) as raised:
             pack_token_ids([[1], entry])
         assert str(raised.value) == errors.HOST_NO_MEMORY.format(where=f"{WHERE}[1]")
