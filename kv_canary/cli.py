@@ -66,8 +66,8 @@ error case and a fixed sample of the value cases; torch/torch, jax/xla and compi
 runs every case everywhere.
 
 Time: about 25 s on a 2-core machine without a GPU, --all about 50 s; on a GPU, where the kernels compile for each
-case's shapes, a minute or two. Progress goes to stderr. A runner that
-cannot run here is named with the reason; --strict makes that a failure."""
+case's shapes, a minute or two. Progress goes to stderr. A runner that cannot run here is named with the reason;
+--strict makes that a failure."""
 
 BENCH_HELP = """Time the kernels on a CUDA GPU, every run of a comparison taking turns with the others (interleaved
 rounds, the order rotated each round), medians, ratios against baselines measured in the same run:

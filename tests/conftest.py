@@ -2,8 +2,8 @@
 
 JAX runs with its defaults (x64 off); a test that needs int64 JAX arrays takes the ``x64`` fixture. Without a GPU,
 XLA:CPU compiles with LLVM's optimizations off, as ``kv-canary check`` does (``kv_canary.check``): the CPU tests
-compile a program for almost every shape and run it once. Hypothesis: 25 examples a property by default, ten times that with
-``KV_CANARY_THOROUGH=1``; a property states its own count with ``tests.contract.examples(n)``.
+compile a program for almost every shape and run it once. Hypothesis: 25 examples a property by default, ten times
+that with ``KV_CANARY_THOROUGH=1``; a property states its own count with ``tests.contract.examples(n)``.
 """
 
 from __future__ import annotations
